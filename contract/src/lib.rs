@@ -1,0 +1,39 @@
+//! The contract shared by every Toolsmith host and every tool.
+//!
+//! A tool is an interface before it is code: a [`Manifest`] names it, describes it, and fixes the
+//! JSON Schemas (2020-12) of its input and output. The host checks arguments against the input
+//! schema before a call and results against the output schema after it; a failure becomes a
+//! [`StructuredError`] that an agent can read and correct. This crate holds those types and nothing
+//! that runs code, so both sides of the sandbox (the guest SDK compiled to WebAssembly and the
+//! wasmtime host) depend on it.
+//!
+//! ```
+//! use toolsmith_contract::Manifest;
+//!
+//! let manifest = Manifest::from_json(r#"{
+//!     "name": "add_numbers",
+//!     "version": "1.0.0",
+//!     "description": "Adds two numbers.",
+//!     "input_schema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+//!                      "required": ["a", "b"]},
+//!     "output_schema": {"type": "object", "properties": {"sum": {"type": "number"}}},
+//!     "examples": [{"input": {"a": 1, "b": 2}, "output": {"sum": 3}}],
+//!     "kind": "plugin"
+//! }"#)?;
+//! assert_eq!(manifest.name.as_str(), "add_numbers");
+//! // The same tool as an MCP tool and as an OpenAI function definition.
+//! assert_eq!(manifest.to_mcp_tool()["inputSchema"]["required"][0], "a");
+//! assert_eq!(manifest.to_openai_function()["function"]["name"], "add_numbers");
+//! # Ok::<(), toolsmith_contract::ManifestError>(())
+//! ```
+#![warn(missing_docs)]
+
+mod convert;
+mod error;
+mod manifest;
+pub mod schemas;
+
+pub use error::{ErrorKind, StructuredError};
+pub use manifest::{
+    Example, Manifest, ManifestError, NAME_MAX_LEN, NAME_PATTERN, Provenance, ToolKind, ToolName,
+};

@@ -1,0 +1,546 @@
+//! The wasmtime sandbox every tool runs in.
+//!
+//! One [`Sandbox`] per process holds one `wasmtime::Engine` (pooling allocator, epoch
+//! interruption), one `Linker` and the on-disk artifact cache. [`Sandbox::load`] compiles (or
+//! maps from cache) a component, checks its imports against [`ALLOWED_INTERFACES`] and prepares an
+//! `InstancePre`; [`Sandbox::call`] runs one call in a **fresh instance** in a fresh `Store` under
+//! [`Limits`]: an epoch deadline for wall time, a `ResourceLimiter` for memory, a cap on the size
+//! of the result and of the logs. Whatever the tool does, the call ends in a JSON string or a
+//! [`StructuredError`] whose kind says what happened; the host does not panic.
+//!
+//! # What is linked, and why
+//! Only these interfaces exist for a tool (anything else it imports is rejected at load):
+//! - `toolsmith:tool/host`: `log` and `call-tool`, the tool contract itself.
+//! - `wasi:cli/{environment, exit, stdin, stdout, stderr, terminal-*}`: Rust's and CPython's
+//!   runtimes import these to start. The environment and arguments are empty, stdin is empty,
+//!   stdout and stderr go to capped in-memory pipes (stderr becomes the call's log, and a panic
+//!   message becomes the trap message), there is no terminal.
+//! - `wasi:io/{error, poll, streams}`: the stream plumbing those stdio handles need.
+//! - `wasi:clocks/{monotonic-clock, wall-clock}` and `wasi:random/{random, insecure,
+//!   insecure-seed}`: hash-map seeding and `time`/`random` in interpreters; reading a clock or
+//!   drawing random bytes reaches nothing outside the sandbox.
+//!
+//! Not linked: `wasi:filesystem/*` (no preopened directories would be reachable anyway),
+//! `wasi:sockets/*`, `wasi:http/*`. A component that imports them fails to load with
+//! [`LoadError::DisallowedImport`]. The alternative considered, linking everything with an empty
+//! context, would also be inert, but refusing at load time tells a tool author at once.
+//!
+//! Fuel metering is not enabled: epoch interruption bounds wall time at a fraction of fuel's cost
+//! (about 15% CPU) and without a second compiled artifact.
+
+mod cache;
+mod config;
+mod state;
+
+pub(crate) mod bindings {
+    wasmtime::component::bindgen!({
+        world: "tool",
+        path: "../schemas/wit",
+    });
+}
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use toolsmith_contract::{ErrorKind, StructuredError};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtxBuilder, WasiView};
+
+pub use cache::CacheOutcome;
+pub use config::{Limits, SandboxConfig, default_cache_dir};
+pub use state::{LogLine, ToolCaller};
+use state::{CallState, Limiter, Nested};
+
+/// Interfaces a component may import (versions are not restricted). See the module docs.
+pub const ALLOWED_INTERFACES: &[&str] = &[
+    "toolsmith:tool/host",
+    "toolsmith:tool/types",
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:clocks/monotonic-clock",
+    "wasi:clocks/wall-clock",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+];
+
+/// Bytes of a tool's standard error kept per call (the rest is dropped).
+const STDERR_CAPACITY: usize = 64 << 10;
+
+/// Failures of the host itself (not of a tool).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// wasmtime refused the engine configuration.
+    #[error("cannot create the wasmtime engine: {0}")]
+    Engine(String),
+    /// Linking the host interfaces failed (a bug).
+    #[error("cannot link host interfaces: {0}")]
+    Link(String),
+}
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The bytes are not WebAssembly.
+    #[error("not a WebAssembly file (bad magic number); expected a component built for wasm32-wasip2")]
+    NotWasm,
+    /// A core module, not a component.
+    #[error(
+        "this is a core WebAssembly module, not a component; build the tool for wasm32-wasip2 (`toolsmith plugin build`)"
+    )]
+    NotAComponent,
+    /// wasmtime rejected the component.
+    #[error("invalid component: {0}")]
+    Compile(String),
+    /// The component imports an interface the sandbox does not provide.
+    #[error("component imports `{import}`, which the sandbox does not provide (allowed: toolsmith:tool/host and minimal WASI: cli, io, clocks, random)")]
+    DisallowedImport {
+        /// The offending import.
+        import: String,
+    },
+    /// The component's exports do not match `schemas/wit/tool.wit`.
+    #[error("component does not implement the toolsmith:tool world: {0}")]
+    WrongWorld(String),
+    /// The manifest export failed or returned a bad manifest.
+    #[error("bad manifest: {0}")]
+    Manifest(String),
+    /// Reading the component file failed.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl LoadError {
+    /// The error as an `invalid_component` (or `not_found`) failure for the named tool.
+    pub fn to_structured(&self, tool: &str) -> StructuredError {
+        let kind = match self {
+            LoadError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+            _ => ErrorKind::InvalidComponent,
+        };
+        StructuredError::new(kind, tool, self.to_string())
+    }
+}
+
+/// A component that passed loading: compiled, imports checked, linked.
+#[derive(Clone)]
+pub struct LoadedComponent {
+    pre: bindings::ToolPre<CallState>,
+    /// SHA-256 of the component bytes, hex.
+    pub hash: String,
+    /// Whether it came from the artifact cache.
+    pub cache: CacheOutcome,
+    /// The interfaces it imports.
+    pub imports: Vec<String>,
+}
+
+impl std::fmt::Debug for LoadedComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedComponent").field("hash", &self.hash).field("imports", &self.imports).finish()
+    }
+}
+
+/// What a successful call produced besides its result.
+#[derive(Debug, Clone, Default)]
+pub struct CallReport {
+    /// Log lines from `log` and standard error.
+    pub logs: Vec<LogLine>,
+    /// Log lines dropped because the log cap was reached.
+    pub logs_dropped: usize,
+    /// Wall time of instantiation plus the call.
+    pub elapsed: Duration,
+}
+
+/// The process-wide sandbox. Cheap to clone; all clones share the engine.
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<CallState>,
+    cache: cache::ArtifactCache,
+    config: SandboxConfig,
+    ticker: Ticker,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").field("config", &self.inner.config).finish()
+    }
+}
+
+impl Sandbox {
+    /// Builds the engine, the linker and the cache. Falls back to on-demand allocation when the
+    /// pooling allocator cannot reserve its address space.
+    pub fn new(config: SandboxConfig) -> Result<Sandbox, SandboxError> {
+        let engine = match build_engine(&config, config.pooling) {
+            Ok(engine) => engine,
+            Err(e) if config.pooling => {
+                tracing::warn!(error = %e, "pooling allocator unavailable; using on-demand allocation");
+                build_engine(&config, false).map_err(|e| SandboxError::Engine(e.to_string()))?
+            }
+            Err(e) => return Err(SandboxError::Engine(e.to_string())),
+        };
+        let linker = build_linker(&engine).map_err(|e| SandboxError::Link(e.to_string()))?;
+        let cache = cache::ArtifactCache::new(&engine, config.cache_dir.clone());
+        let ticker = Ticker::start(engine.clone(), config.epoch_tick);
+        Ok(Sandbox { inner: Arc::new(Inner { engine, linker, cache, config, ticker }) })
+    }
+
+    /// The wasmtime engine (shared by every tool of this process).
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The configuration the sandbox was built with.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.inner.config
+    }
+
+    /// Where precompiled artifacts are cached, if anywhere.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.inner.cache.dir()
+    }
+
+    /// Compiles (or loads from cache) a component, checks its imports and links it.
+    pub fn load(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        match bytes.get(..8) {
+            Some([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]) => return Err(LoadError::NotAComponent),
+            Some([0x00, 0x61, 0x73, 0x6d, ..]) => {}
+            _ => return Err(LoadError::NotWasm),
+        }
+        let engine = &self.inner.engine;
+        let (component, cache, hash) =
+            self.inner.cache.load(engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let imports = check_imports(engine, &component)?;
+        let instance_pre = self
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let pre = bindings::ToolPre::new(instance_pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        Ok(LoadedComponent { pre, hash, cache, imports })
+    }
+
+    /// Reads a loaded component's manifest JSON (fresh instance, default limits, no `call-tool`).
+    pub fn manifest_json(&self, component: &LoadedComponent, tool: &str) -> Result<String, StructuredError> {
+        self.run(component, tool, Limits::default(), None, |bindings, store| bindings.call_manifest(store).map(Ok))
+            .map(|(json, _)| json)
+    }
+
+    /// Calls a loaded component's `call` export with `args` (already validated JSON text) in a
+    /// fresh instance. `caller` resolves `call-tool`; `None` makes `call-tool` fail cleanly.
+    pub fn call(
+        &self,
+        component: &LoadedComponent,
+        tool: &str,
+        args: &str,
+        limits: Limits,
+        caller: Option<(Arc<dyn ToolCaller>, u32)>,
+    ) -> Result<(String, CallReport), StructuredError> {
+        let deadline = Instant::now() + limits.timeout;
+        let nested = caller.map(|(caller, depth)| Nested { caller, depth, deadline, limits });
+        self.run(component, tool, limits, nested, |bindings, store| bindings.call_call(store, args))
+    }
+
+    fn run(
+        &self,
+        component: &LoadedComponent,
+        tool: &str,
+        limits: Limits,
+        nested: Option<Nested>,
+        f: impl FnOnce(&bindings::Tool, &mut Store<CallState>) -> wasmtime::Result<Result<String, bindings::ToolError>>,
+    ) -> Result<(String, CallReport), StructuredError> {
+        let started = Instant::now();
+        let memory_bytes = limits.memory_bytes.min(self.inner.config.max_memory_bytes);
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        // An empty context: no arguments, environment, preopened directories or network.
+        let wasi = WasiCtxBuilder::new()
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = CallState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter { memory_bytes, hit: false },
+            stderr,
+            logs: Vec::new(),
+            log_bytes: 0,
+            log_cap: limits.log_bytes,
+            logs_dropped: 0,
+            nested,
+        };
+        let mut store = Store::new(&self.inner.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let _running = self.inner.ticker.running();
+        store.set_epoch_deadline(ticks(limits.timeout, self.inner.config.epoch_tick));
+        store.epoch_deadline_trap();
+
+        let result = component.pre.instantiate(&mut store).and_then(|bindings| f(&bindings, &mut store));
+        let elapsed = started.elapsed();
+        let state = store.into_data();
+        let stderr_text = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
+        let fail = |kind, message: String| StructuredError::new(kind, tool, message);
+        match result {
+            Ok(Ok(output)) => {
+                if output.len() > limits.output_bytes {
+                    return Err(fail(
+                        ErrorKind::OutputTooLarge,
+                        format!("the result is {} bytes; the cap is {} bytes", output.len(), limits.output_bytes),
+                    )
+                    .with_hint("ask for less (filter, paginate or summarise) or raise the output cap"));
+                }
+                let mut report =
+                    CallReport { logs: state.logs, logs_dropped: state.logs_dropped, elapsed };
+                for line in stderr_text.lines().filter(|l| !l.is_empty()) {
+                    report.logs.push(LogLine { level: "stderr", message: line.to_owned() });
+                }
+                Ok((output, report))
+            }
+            Ok(Err(tool_error)) => {
+                let mut e = fail(ErrorKind::ToolError, tool_error.message);
+                e.code = Some(tool_error.code);
+                Err(e)
+            }
+            Err(error) => Err(classify(tool, &error, state.limiter.hit, &stderr_text, limits, memory_bytes)),
+        }
+    }
+}
+
+/// Turns a wasmtime error into the failure kind an agent sees.
+fn classify(
+    tool: &str,
+    error: &wasmtime::Error,
+    memory_hit: bool,
+    stderr: &str,
+    limits: Limits,
+    memory_bytes: usize,
+) -> StructuredError {
+    let trap = error.downcast_ref::<Trap>().copied();
+    if trap == Some(Trap::Interrupt) {
+        return StructuredError::new(
+            ErrorKind::Timeout,
+            tool,
+            format!("the call ran past its {} ms deadline and was stopped", limits.timeout.as_millis()),
+        )
+        .with_hint("make the call cheaper (smaller input) or raise the timeout");
+    }
+    if memory_hit {
+        return StructuredError::new(
+            ErrorKind::OutOfMemory,
+            tool,
+            format!("the tool tried to grow its memory past the {} MiB cap", memory_bytes >> 20),
+        )
+        .with_hint("make the call smaller or raise the memory cap");
+    }
+    let panic = panic_message(stderr);
+    let what = match trap {
+        Some(Trap::StackOverflow) => "stack overflow (too deep recursion)".to_owned(),
+        Some(Trap::UnreachableCodeReached) if panic.is_some() => "the tool panicked".to_owned(),
+        Some(trap) => format!("wasm trap: {trap}"),
+        None => format!("{error:#}").lines().next().unwrap_or("unknown error").to_owned(),
+    };
+    let message = match panic {
+        Some(p) => format!("{what}: {p}"),
+        None => what,
+    };
+    let mut e = StructuredError::new(ErrorKind::Trap, tool, message);
+    if !stderr.trim().is_empty() {
+        let tail: String = stderr.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+        e.got = Some(serde_json::Value::String(tail));
+    }
+    e.hint = Some("this is a bug in the tool; report it to its author or try different input".into());
+    e
+}
+
+/// The message of a Rust panic as printed to stderr by the default hook.
+fn panic_message(stderr: &str) -> Option<String> {
+    let mut lines = stderr.lines();
+    while let Some(line) = lines.next() {
+        if line.contains("panicked at") {
+            let msg: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("note:")).collect();
+            let msg = msg.join("\n");
+            return Some(if msg.trim().is_empty() { line.to_owned() } else { msg.trim().to_owned() });
+        }
+    }
+    None
+}
+
+fn check_imports(engine: &Engine, component: &Component) -> Result<Vec<String>, LoadError> {
+    let mut imports = Vec::new();
+    for (name, _) in component.component_type().imports(engine) {
+        let interface = name.split('@').next().unwrap_or(name);
+        if !ALLOWED_INTERFACES.contains(&interface) {
+            return Err(LoadError::DisallowedImport { import: name.to_owned() });
+        }
+        imports.push(name.to_owned());
+    }
+    Ok(imports)
+}
+
+fn build_engine(config: &SandboxConfig, pooling: bool) -> wasmtime::Result<Engine> {
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true)
+        .epoch_interruption(true)
+        .cranelift_opt_level(wasmtime::OptLevel::Speed)
+        .parallel_compilation(true);
+    if pooling {
+        let n = config.max_instances.max(1);
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(n)
+            // Rust components hold a few core instances (the program and adapter shims);
+            // interpreter guests more.
+            .total_core_instances(n * 16)
+            .max_core_instances_per_component(64)
+            .total_memories(n * 2)
+            .max_memories_per_component(4)
+            .total_tables(n * 16)
+            .max_tables_per_component(64)
+            .max_memory_size(config.max_memory_bytes)
+            .max_component_instance_size(1 << 20)
+            .max_core_instance_size(1 << 20)
+            .table_elements(1 << 16);
+        cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    Engine::new(&cfg)
+}
+
+/// Groups the WASI interfaces we link; `wasmtime_wasi`'s own is private.
+struct Io;
+impl wasmtime::component::HasData for Io {
+    type Data<'a> = &'a mut ResourceTable;
+}
+
+fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
+    use wasmtime_wasi::cli::{WasiCli, WasiCliView};
+    use wasmtime_wasi::clocks::WasiClocksView;
+    use wasmtime_wasi::clocks::WasiClocks;
+    use wasmtime_wasi::p2::bindings::sync::io as sync_io;
+    use wasmtime_wasi::p2::bindings::{cli, clocks, random};
+    use wasmtime_wasi::random::WasiRandom;
+
+    let mut linker = Linker::new(engine);
+    let l = &mut linker;
+    bindings::Tool::add_to_linker::<_, HasSelf<CallState>>(l, |s| s)?;
+    wasmtime_wasi_io::bindings::wasi::io::error::add_to_linker::<_, Io>(l, |s| s.ctx().table)?;
+    sync_io::poll::add_to_linker::<_, Io>(l, |s| s.ctx().table)?;
+    sync_io::streams::add_to_linker::<_, Io>(l, |s| s.ctx().table)?;
+    cli::exit::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    cli::environment::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    cli::stdin::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    cli::stdout::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    cli::stderr::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    cli::terminal_input::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    cli::terminal_output::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    cli::terminal_stdin::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    cli::terminal_stdout::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    cli::terminal_stderr::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
+    clocks::wall_clock::add_to_linker::<_, WasiClocks>(l, CallState::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<_, WasiClocks>(l, CallState::clocks)?;
+    random::random::add_to_linker::<_, WasiRandom>(l, |s| s.wasi.random())?;
+    random::insecure::add_to_linker::<_, WasiRandom>(l, |s| s.wasi.random())?;
+    random::insecure_seed::add_to_linker::<_, WasiRandom>(l, |s| s.wasi.random())?;
+    Ok(linker)
+}
+
+fn ticks(timeout: Duration, tick: Duration) -> u64 {
+    let tick = tick.as_nanos().max(1);
+    // +1: the first tick may come at any point of the current period.
+    (timeout.as_nanos().div_ceil(tick) as u64).saturating_add(1)
+}
+
+/// Advances the engine's epoch every tick while at least one call is running, and sleeps
+/// otherwise. Ticks are scheduled against absolute instants, so the deadline does not drift.
+struct Ticker {
+    shared: Arc<TickerShared>,
+    handle: Option<JoinHandle<()>>,
+}
+
+struct TickerShared {
+    running: AtomicUsize,
+    stop: AtomicBool,
+}
+
+struct Running<'a>(&'a Ticker);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.shared.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Ticker {
+    fn start(engine: Engine, tick: Duration) -> Ticker {
+        let shared = Arc::new(TickerShared { running: AtomicUsize::new(0), stop: AtomicBool::new(false) });
+        let thread_shared = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("toolsmith-epoch".into())
+            .spawn(move || {
+                let mut next = Instant::now() + tick;
+                while !thread_shared.stop.load(Ordering::Relaxed) {
+                    if thread_shared.running.load(Ordering::SeqCst) == 0 {
+                        std::thread::park_timeout(Duration::from_millis(50));
+                        next = Instant::now() + tick;
+                        continue;
+                    }
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    }
+                    engine.increment_epoch();
+                    next += tick;
+                    if Instant::now() > next + tick * 100 {
+                        next = Instant::now() + tick; // we were descheduled for long: resync
+                    }
+                }
+            })
+            .ok();
+        if handle.is_none() {
+            tracing::error!("cannot start the epoch thread: deadlines will not be enforced");
+        }
+        Ticker { shared, handle }
+    }
+
+    fn running(&self) -> Running<'_> {
+        if self.shared.running.fetch_add(1, Ordering::SeqCst) == 0
+            && let Some(h) = &self.handle
+        {
+            h.thread().unpark();
+        }
+        Running(self)
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(handle) = self.handle.take() {
+            handle.thread().unpark();
+            let _ = handle.join();
+        }
+    }
+}

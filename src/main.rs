@@ -1,0 +1,74 @@
+//! `toolsmith`: the command-line interface. It parses flags, calls the libraries and maps their
+//! outcomes to output and exit codes; the work lives in `toolsmith-host` and friends.
+
+mod commands;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Agents make, run, remember and learn to use their own tools.
+#[derive(Debug, Parser)]
+#[command(name = "toolsmith", version, about, long_about = None)]
+struct Cli {
+    /// Directory for precompiled components [default: $TOOLSMITH_CACHE_DIR or ~/.cache/toolsmith/components].
+    #[arg(long, global = true, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile components in memory every time instead of caching them on disk.
+    #[arg(long, global = true)]
+    no_cache: bool,
+    /// More logging (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the bundled plugins on their examples and show what the platform does.
+    Quickstart,
+    /// Call a tool: a bundled tool's name or a component file.
+    Call(commands::call::CallArgs),
+    /// Write, build and inspect plugins.
+    #[command(subcommand)]
+    Plugin(commands::plugin::PluginCommand),
+    /// Print the JSON Schemas of the contract (tool manifest, structured error).
+    Schema {
+        /// Which schema.
+        #[arg(value_enum, default_value = "manifest")]
+        which: commands::SchemaName,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let env = commands::Env { cache_dir: cli.cache_dir, no_cache: cli.no_cache };
+    let result = match cli.command {
+        Command::Quickstart => commands::quickstart::run(&env),
+        Command::Call(args) => commands::call::run(&env, args),
+        Command::Plugin(cmd) => commands::plugin::run(&env, cmd),
+        Command::Schema { which } => commands::print_schema(which),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
