@@ -47,13 +47,12 @@ use std::time::{Duration, Instant};
 use toolsmith_contract::{ErrorKind, StructuredError};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtxBuilder, WasiView};
 
 pub use cache::CacheOutcome;
 pub use config::{Limits, SandboxConfig, default_cache_dir};
 pub use state::{LogLine, ToolCaller};
-use state::{CallState, Limiter, Nested};
+use state::{CallState, CappedPipe, Limiter, Nested};
 
 /// Interfaces a component may import (versions are not restricted). See the module docs.
 pub const ALLOWED_INTERFACES: &[&str] = &[
@@ -79,8 +78,8 @@ pub const ALLOWED_INTERFACES: &[&str] = &[
     "wasi:random/insecure-seed",
 ];
 
-/// Bytes of a tool's standard error kept per call (the rest is dropped).
-const STDERR_CAPACITY: usize = 64 << 10;
+/// Bytes of a tool's standard output and of its standard error kept per call (the rest is dropped).
+const STDIO_CAPACITY: usize = 64 << 10;
 
 /// Failures of the host itself (not of a tool).
 #[derive(Debug, thiserror::Error)]
@@ -275,9 +274,11 @@ impl Sandbox {
     ) -> Result<(String, CallReport), StructuredError> {
         let started = Instant::now();
         let memory_bytes = limits.memory_bytes.min(self.inner.config.max_memory_bytes);
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let stdout = CappedPipe::new(STDIO_CAPACITY);
+        let stderr = CappedPipe::new(STDIO_CAPACITY);
         // An empty context: no arguments, environment, preopened directories or network.
         let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
             .stderr(stderr.clone())
             .allow_tcp(false)
             .allow_udp(false)
@@ -287,6 +288,7 @@ impl Sandbox {
             wasi,
             table: ResourceTable::new(),
             limiter: Limiter { memory_bytes, hit: false },
+            stdout,
             stderr,
             logs: Vec::new(),
             log_bytes: 0,
@@ -304,6 +306,7 @@ impl Sandbox {
         let elapsed = started.elapsed();
         let state = store.into_data();
         let stderr_text = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
+        let stdout_text = String::from_utf8_lossy(&state.stdout.contents()).into_owned();
         let fail = |kind, message: String| StructuredError::new(kind, tool, message);
         match result {
             Ok(Ok(output)) => {
@@ -316,8 +319,10 @@ impl Sandbox {
                 }
                 let mut report =
                     CallReport { logs: state.logs, logs_dropped: state.logs_dropped, elapsed };
-                for line in stderr_text.lines().filter(|l| !l.is_empty()) {
-                    report.logs.push(LogLine { level: "stderr", message: line.to_owned() });
+                for (level, text) in [("stdout", &stdout_text), ("stderr", &stderr_text)] {
+                    for line in text.lines().filter(|l| !l.is_empty()) {
+                        report.logs.push(LogLine { level, message: line.to_owned() });
+                    }
                 }
                 Ok((output, report))
             }
@@ -361,7 +366,12 @@ fn classify(
     let what = match trap {
         Some(Trap::StackOverflow) => "stack overflow (too deep recursion)".to_owned(),
         Some(Trap::UnreachableCodeReached) if panic.is_some() => "the tool panicked".to_owned(),
-        Some(trap) => format!("wasm trap: {trap}"),
+        // Compiled languages keep a shadow stack at the bottom of linear memory; overflowing it
+        // runs off the start of memory.
+        Some(Trap::MemoryOutOfBounds) => {
+            "out-of-bounds memory access (often a stack overflow from too deep recursion)".to_owned()
+        }
+        Some(trap) => trap.to_string(),
         None => format!("{error:#}").lines().next().unwrap_or("unknown error").to_owned(),
     };
     let message = match panic {

@@ -7,7 +7,6 @@ use std::time::Instant;
 use toolsmith_contract::StructuredError;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::Limits;
@@ -70,7 +69,8 @@ pub(crate) struct CallState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
     pub(crate) limiter: Limiter,
-    pub(crate) stderr: MemoryOutputPipe,
+    pub(crate) stdout: CappedPipe,
+    pub(crate) stderr: CappedPipe,
     pub(crate) logs: Vec<LogLine>,
     pub(crate) log_bytes: usize,
     pub(crate) log_cap: usize,
@@ -132,4 +132,89 @@ impl host::Host for CallState {
                 message: serde_json::to_string(&e).unwrap_or_else(|_| e.message.clone()),
             })
     }
+}
+
+/// Standard output or error of one call: keeps the first `capacity` bytes and silently drops the
+/// rest. (`MemoryOutputPipe` instead fails writes once full, which makes a Rust guest's
+/// `println!` panic: a chatty tool would crash instead of finishing.)
+#[derive(Debug, Clone)]
+pub(crate) struct CappedPipe {
+    capacity: usize,
+    buffer: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl CappedPipe {
+    pub(crate) fn new(capacity: usize) -> Self {
+        CappedPipe { capacity, buffer: Arc::default() }
+    }
+
+    pub(crate) fn contents(&self) -> Vec<u8> {
+        self.buffer.lock().map(|b| b.clone()).unwrap_or_default()
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        if let Ok(mut buffer) = self.buffer.lock() {
+            let room = self.capacity.saturating_sub(buffer.len());
+            buffer.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+    }
+}
+
+impl wasmtime_wasi::cli::IsTerminal for CappedPipe {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl wasmtime_wasi::cli::StdoutStream for CappedPipe {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn p2_stream(&self) -> Box<dyn wasmtime_wasi::p2::OutputStream> {
+        Box::new(self.clone())
+    }
+}
+
+impl tokio::io::AsyncWrite for CappedPipe {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.append(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::OutputStream for CappedPipe {
+    fn write(&mut self, bytes: bytes::Bytes) -> Result<(), wasmtime_wasi::p2::StreamError> {
+        self.append(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), wasmtime_wasi::p2::StreamError> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> Result<usize, wasmtime_wasi::p2::StreamError> {
+        Ok(64 << 10)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::Pollable for CappedPipe {
+    async fn ready(&mut self) {}
 }

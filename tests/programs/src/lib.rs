@@ -1,1 +1,12 @@
-//! stub
+//! Guest programs for tests, built from source (`guests/`) by this crate's build script:
+//! - [`HOSTILE`]: misbehaves as its `mode` argument says (loops, hoards memory, panics, returns
+//!   invalid or oversized output, recurses through `call-tool`, floods its logs).
+//! - [`BAD_MANIFEST`]: declares a manifest that does not validate.
+//! - [`FS_IMPORT`]: imports `wasi:filesystem`, which the sandbox does not provide.
+
+include!(concat!(env!("OUT_DIR"), "/programs.rs"));
+
+/// Reads a test component.
+pub fn read(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("cannot read test component {path}: {e}"))
+}
