@@ -66,7 +66,9 @@ pub fn build_guests(workspace: &Path, packages: &[&str], also_watch: &[&Path]) -
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let hint = if stderr.contains("target may not be installed") || stderr.contains("can't find crate for `core`") {
-            format!("\nhint: the {GUEST_TARGET} target is missing; run `rustup target add {GUEST_TARGET}` (scripts/setup.sh does)")
+            format!(
+                "\nhint: the {GUEST_TARGET} target is missing; run `rustup target add {GUEST_TARGET}` (scripts/setup.sh does)"
+            )
         } else {
             String::new()
         };
@@ -90,11 +92,7 @@ pub fn guest_target_dir() -> PathBuf {
         return PathBuf::from(dir);
     }
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set in build scripts"));
-    out_dir
-        .ancestors()
-        .nth(4)
-        .map(|target| target.join("guests"))
-        .unwrap_or_else(|| out_dir.join("guests"))
+    out_dir.ancestors().nth(4).map(|target| target.join("guests")).unwrap_or_else(|| out_dir.join("guests"))
 }
 
 /// Writes `contents` to `OUT_DIR/name` and returns the path.

@@ -34,6 +34,4 @@ mod manifest;
 pub mod schemas;
 
 pub use error::{ErrorKind, StructuredError};
-pub use manifest::{
-    Example, Manifest, ManifestError, NAME_MAX_LEN, NAME_PATTERN, Provenance, ToolKind, ToolName,
-};
+pub use manifest::{Example, Manifest, ManifestError, NAME_MAX_LEN, NAME_PATTERN, Provenance, ToolKind, ToolName};

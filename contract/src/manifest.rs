@@ -121,9 +121,8 @@ impl ToolName {
             s.starts_with(|c: char| c.is_ascii_lowercase())
                 && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         });
-        let rest_ok = segments.all(|s| {
-            !s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        });
+        let rest_ok =
+            segments.all(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
         if first_ok && rest_ok && name.len() <= NAME_MAX_LEN {
             Ok(ToolName(name))
         } else {
@@ -238,9 +237,7 @@ impl Manifest {
         if self.description.trim().is_empty() {
             return Err(ManifestError::EmptyDescription);
         }
-        for (which, schema) in
-            [("input_schema", &self.input_schema), ("output_schema", &self.output_schema)]
-        {
+        for (which, schema) in [("input_schema", &self.input_schema), ("output_schema", &self.output_schema)] {
             if schema.get("type").and_then(Value::as_str) != Some("object") {
                 let got = match schema.get("type") {
                     Some(t) => format!("type {t}"),

@@ -26,6 +26,6 @@ pub mod sandbox;
 mod toolbox;
 pub mod validate;
 
-pub use sandbox::{CallReport, LoadError, Limits, Sandbox, SandboxConfig, SandboxError};
+pub use sandbox::{CallReport, Limits, LoadError, Sandbox, SandboxConfig, SandboxError};
 pub use toolbox::{CallOutput, Tool, Toolbox};
 pub use toolsmith_contract::{ErrorKind, Manifest, StructuredError};

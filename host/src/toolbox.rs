@@ -127,7 +127,13 @@ impl Inner {
         tools.get(name).cloned()
     }
 
-    fn call(self: &Arc<Self>, name: &str, args: &Value, limits: Limits, depth: u32) -> Result<CallOutput, StructuredError> {
+    fn call(
+        self: &Arc<Self>,
+        name: &str,
+        args: &Value,
+        limits: Limits,
+        depth: u32,
+    ) -> Result<CallOutput, StructuredError> {
         let Some(tool) = self.get(name) else {
             return Err(self.not_found(name));
         };

@@ -109,9 +109,9 @@ fn scaffold(name: &str, dir: &Path, sdk: Option<PathBuf>) -> Result<()> {
     if dir.exists() && dir.read_dir()?.next().is_some() {
         bail!("{} exists and is not empty", dir.display());
     }
-    let sdk = sdk.or_else(default_sdk).context(
-        "cannot find the toolsmith-sdk sources; pass --sdk PATH (the sdk/ folder of a toolsmith checkout)",
-    )?;
+    let sdk = sdk
+        .or_else(default_sdk)
+        .context("cannot find the toolsmith-sdk sources; pass --sdk PATH (the sdk/ folder of a toolsmith checkout)")?;
     let sdk = std::fs::canonicalize(&sdk).with_context(|| format!("no SDK at {}", sdk.display()))?;
     std::fs::create_dir_all(dir.join("src"))?;
     let cargo_toml = format!(
@@ -178,16 +178,7 @@ toolsmith_sdk::tool! {{
     ],
 }}
 
-#[cfg(test)]
-mod tests {{
-    #[test]
-    fn examples_hold() {{
-        for example in super::manifest().examples {{
-            let out = super::call_json(&example.input.to_string()).expect("example runs");
-            assert_eq!(serde_json::from_str::<serde_json::Value>(&out).expect("json"), example.output);
-        }}
-    }}
-}}
+// `tool!` also generates a test that runs every example natively: `cargo test`.
 "#
     );
     std::fs::write(dir.join("Cargo.toml"), cargo_toml)?;

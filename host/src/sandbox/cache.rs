@@ -51,11 +51,7 @@ impl ArtifactCache {
 
     /// Loads `bytes` as a component: from the cache when a matching artifact exists, else by
     /// compiling (and then storing the artifact).
-    pub(crate) fn load(
-        &self,
-        engine: &Engine,
-        bytes: &[u8],
-    ) -> wasmtime::Result<(Component, CacheOutcome, String)> {
+    pub(crate) fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, CacheOutcome, String)> {
         let hash = hex(&Sha256::digest(bytes));
         let Some(dir) = &self.dir else {
             return Ok((Component::new(engine, bytes)?, CacheOutcome::Compiled, hash));

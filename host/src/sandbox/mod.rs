@@ -51,8 +51,8 @@ use wasmtime_wasi::{WasiCtxBuilder, WasiView};
 
 pub use cache::CacheOutcome;
 pub use config::{Limits, SandboxConfig, default_cache_dir};
-pub use state::{LogLine, ToolCaller};
 use state::{CallState, CappedPipe, Limiter, Nested};
+pub use state::{LogLine, ToolCaller};
 
 /// Interfaces a component may import (versions are not restricted). See the module docs.
 pub const ALLOWED_INTERFACES: &[&str] = &[
@@ -109,7 +109,9 @@ pub enum LoadError {
     #[error("invalid component: {0}")]
     Compile(String),
     /// The component imports an interface the sandbox does not provide.
-    #[error("component imports `{import}`, which the sandbox does not provide (allowed: toolsmith:tool/host and minimal WASI: cli, io, clocks, random)")]
+    #[error(
+        "component imports `{import}`, which the sandbox does not provide (allowed: toolsmith:tool/host and minimal WASI: cli, io, clocks, random)"
+    )]
     DisallowedImport {
         /// The offending import.
         import: String,
@@ -194,14 +196,35 @@ impl Sandbox {
     /// Builds the engine, the linker and the cache. Falls back to on-demand allocation when the
     /// pooling allocator cannot reserve its address space.
     pub fn new(config: SandboxConfig) -> Result<Sandbox, SandboxError> {
-        let engine = match build_engine(&config, config.pooling) {
-            Ok(engine) => engine,
-            Err(e) if config.pooling => {
-                tracing::warn!(error = %e, "pooling allocator unavailable; using on-demand allocation");
-                build_engine(&config, false).map_err(|e| SandboxError::Engine(e.to_string()))?
+        let mut modes = Vec::new();
+        if config.pooling {
+            if config.keep_resident_bytes > 0 {
+                modes.push(Allocation::PoolingResident);
             }
-            Err(e) => return Err(SandboxError::Engine(e.to_string())),
-        };
+            modes.push(Allocation::Pooling);
+        }
+        modes.push(Allocation::OnDemand);
+        let mut last_error = None;
+        let mut engine = None;
+        for mode in modes {
+            match build_engine(&config, mode) {
+                Ok(built) => {
+                    tracing::debug!(?mode, "wasmtime engine ready");
+                    engine = Some(built);
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(?mode, error = %e, "engine configuration unavailable; trying the next");
+                    if mode == Allocation::Pooling {
+                        tracing::warn!(error = %e, "pooling allocator unavailable; using on-demand allocation");
+                    }
+                    last_error = Some(e);
+                }
+            }
+        }
+        let engine = engine.ok_or_else(|| {
+            SandboxError::Engine(last_error.map(|e| e.to_string()).unwrap_or_else(|| "no configuration".into()))
+        })?;
         let linker = build_linker(&engine).map_err(|e| SandboxError::Link(e.to_string()))?;
         let cache = cache::ArtifactCache::new(&engine, config.cache_dir.clone());
         let ticker = Ticker::start(engine.clone(), config.epoch_tick);
@@ -234,18 +257,16 @@ impl Sandbox {
         let (component, cache, hash) =
             self.inner.cache.load(engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
         let imports = check_imports(engine, &component)?;
-        let instance_pre = self
-            .inner
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let instance_pre =
+            self.inner.linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
         let pre = bindings::ToolPre::new(instance_pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
         Ok(LoadedComponent { pre, hash, cache, imports })
     }
 
     /// Reads a loaded component's manifest JSON (fresh instance, default limits, no `call-tool`).
     pub fn manifest_json(&self, component: &LoadedComponent, tool: &str) -> Result<String, StructuredError> {
-        self.run(component, tool, Limits::default(), None, |bindings, store| bindings.call_manifest(store).map(Ok))
+        let instantiate = |store: &mut Store<CallState>| component.pre.instantiate(store);
+        self.run(instantiate, tool, Limits::default(), None, |bindings, store| bindings.call_manifest(store).map(Ok))
             .map(|(json, _)| json)
     }
 
@@ -261,12 +282,25 @@ impl Sandbox {
     ) -> Result<(String, CallReport), StructuredError> {
         let deadline = Instant::now() + limits.timeout;
         let nested = caller.map(|(caller, depth)| Nested { caller, depth, deadline, limits });
-        self.run(component, tool, limits, nested, |bindings, store| bindings.call_call(store, args))
+        let instantiate = |store: &mut Store<CallState>| component.pre.instantiate(store);
+        self.run(instantiate, tool, limits, nested, |bindings, store| bindings.call_call(store, args))
+    }
+
+    /// The naive path, kept as a benchmark baseline: compile the component from its bytes and
+    /// instantiate it through the linker (no artifact cache, no `InstancePre`), for every call.
+    /// Use a sandbox built with `pooling: false` to also leave out the pooling allocator.
+    #[doc(hidden)]
+    pub fn call_naive(&self, bytes: &[u8], tool: &str, args: &str, limits: Limits) -> Result<String, StructuredError> {
+        let component = Component::new(&self.inner.engine, bytes)
+            .map_err(|e| StructuredError::new(ErrorKind::InvalidComponent, tool, format!("{e:#}")))?;
+        let linker = &self.inner.linker;
+        let instantiate = |store: &mut Store<CallState>| bindings::Tool::instantiate(store, &component, linker);
+        self.run(instantiate, tool, limits, None, |bindings, store| bindings.call_call(store, args)).map(|(out, _)| out)
     }
 
     fn run(
         &self,
-        component: &LoadedComponent,
+        instantiate: impl FnOnce(&mut Store<CallState>) -> wasmtime::Result<bindings::Tool>,
         tool: &str,
         limits: Limits,
         nested: Option<Nested>,
@@ -302,7 +336,7 @@ impl Sandbox {
         store.set_epoch_deadline(ticks(limits.timeout, self.inner.config.epoch_tick));
         store.epoch_deadline_trap();
 
-        let result = component.pre.instantiate(&mut store).and_then(|bindings| f(&bindings, &mut store));
+        let result = instantiate(&mut store).and_then(|bindings| f(&bindings, &mut store));
         let elapsed = started.elapsed();
         let state = store.into_data();
         let stderr_text = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
@@ -317,8 +351,7 @@ impl Sandbox {
                     )
                     .with_hint("ask for less (filter, paginate or summarise) or raise the output cap"));
                 }
-                let mut report =
-                    CallReport { logs: state.logs, logs_dropped: state.logs_dropped, elapsed };
+                let mut report = CallReport { logs: state.logs, logs_dropped: state.logs_dropped, elapsed };
                 for (level, text) in [("stdout", &stdout_text), ("stderr", &stderr_text)] {
                     for line in text.lines().filter(|l| !l.is_empty()) {
                         report.logs.push(LogLine { level, message: line.to_owned() });
@@ -412,13 +445,24 @@ fn check_imports(engine: &Engine, component: &Component) -> Result<Vec<String>, 
     Ok(imports)
 }
 
-fn build_engine(config: &SandboxConfig, pooling: bool) -> wasmtime::Result<Engine> {
+/// Instance allocation strategies, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Allocation {
+    /// Pooling, resetting dirty pages in place (needs `PAGEMAP_SCAN`, Linux 6.7+).
+    PoolingResident,
+    /// Pooling, resetting memory with `madvise` (page faults on reuse).
+    Pooling,
+    /// Fresh mappings per instance.
+    OnDemand,
+}
+
+fn build_engine(config: &SandboxConfig, mode: Allocation) -> wasmtime::Result<Engine> {
     let mut cfg = Config::new();
     cfg.wasm_component_model(true)
         .epoch_interruption(true)
         .cranelift_opt_level(wasmtime::OptLevel::Speed)
         .parallel_compilation(true);
-    if pooling {
+    if mode != Allocation::OnDemand {
         let n = config.max_instances.max(1);
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(n)
@@ -434,6 +478,13 @@ fn build_engine(config: &SandboxConfig, pooling: bool) -> wasmtime::Result<Engin
             .max_component_instance_size(1 << 20)
             .max_core_instance_size(1 << 20)
             .table_elements(1 << 16);
+        if mode == Allocation::PoolingResident {
+            // Without PAGEMAP_SCAN, keep-resident would memset the whole window on every reuse,
+            // which costs more than the page faults it saves: so `Yes`, and fall back if refused.
+            pool.pagemap_scan(wasmtime::Enabled::Yes)
+                .linear_memory_keep_resident(config.keep_resident_bytes)
+                .table_keep_resident(64 << 10);
+        }
         cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&cfg)
@@ -447,8 +498,8 @@ impl wasmtime::component::HasData for Io {
 
 fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
     use wasmtime_wasi::cli::{WasiCli, WasiCliView};
-    use wasmtime_wasi::clocks::WasiClocksView;
     use wasmtime_wasi::clocks::WasiClocks;
+    use wasmtime_wasi::clocks::WasiClocksView;
     use wasmtime_wasi::p2::bindings::sync::io as sync_io;
     use wasmtime_wasi::p2::bindings::{cli, clocks, random};
     use wasmtime_wasi::random::WasiRandom;
@@ -483,8 +534,10 @@ fn ticks(timeout: Duration, tick: Duration) -> u64 {
     (timeout.as_nanos().div_ceil(tick) as u64).saturating_add(1)
 }
 
-/// Advances the engine's epoch every tick while at least one call is running, and sleeps
-/// otherwise. Ticks are scheduled against absolute instants, so the deadline does not drift.
+/// Advances the engine's epoch every tick while calls are running and for a short grace period
+/// after, then parks. Ticks are scheduled against absolute instants, so the deadline does not
+/// drift. Callers wake the thread only when it is actually parked: in a burst of calls no call pays
+/// for a futex wake and a context switch.
 struct Ticker {
     shared: Arc<TickerShared>,
     handle: Option<JoinHandle<()>>,
@@ -492,8 +545,12 @@ struct Ticker {
 
 struct TickerShared {
     running: AtomicUsize,
+    parked: AtomicBool,
     stop: AtomicBool,
 }
+
+/// How long the ticker keeps ticking with no call running before it parks.
+const TICKER_GRACE: Duration = Duration::from_millis(100);
 
 struct Running<'a>(&'a Ticker);
 
@@ -505,29 +562,15 @@ impl Drop for Running<'_> {
 
 impl Ticker {
     fn start(engine: Engine, tick: Duration) -> Ticker {
-        let shared = Arc::new(TickerShared { running: AtomicUsize::new(0), stop: AtomicBool::new(false) });
+        let shared = Arc::new(TickerShared {
+            running: AtomicUsize::new(0),
+            parked: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
         let thread_shared = shared.clone();
         let handle = std::thread::Builder::new()
             .name("toolsmith-epoch".into())
-            .spawn(move || {
-                let mut next = Instant::now() + tick;
-                while !thread_shared.stop.load(Ordering::Relaxed) {
-                    if thread_shared.running.load(Ordering::SeqCst) == 0 {
-                        std::thread::park_timeout(Duration::from_millis(50));
-                        next = Instant::now() + tick;
-                        continue;
-                    }
-                    let now = Instant::now();
-                    if next > now {
-                        std::thread::sleep(next - now);
-                    }
-                    engine.increment_epoch();
-                    next += tick;
-                    if Instant::now() > next + tick * 100 {
-                        next = Instant::now() + tick; // we were descheduled for long: resync
-                    }
-                }
-            })
+            .spawn(move || tick_loop(&engine, &thread_shared, tick))
             .ok();
         if handle.is_none() {
             tracing::error!("cannot start the epoch thread: deadlines will not be enforced");
@@ -537,11 +580,46 @@ impl Ticker {
 
     fn running(&self) -> Running<'_> {
         if self.shared.running.fetch_add(1, Ordering::SeqCst) == 0
+            && self.shared.parked.load(Ordering::SeqCst)
             && let Some(h) = &self.handle
         {
             h.thread().unpark();
         }
         Running(self)
+    }
+}
+
+fn tick_loop(engine: &Engine, shared: &TickerShared, tick: Duration) {
+    let mut next = Instant::now() + tick;
+    let mut idle_since: Option<Instant> = None;
+    while !shared.stop.load(Ordering::Relaxed) {
+        if shared.running.load(Ordering::SeqCst) == 0 {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= TICKER_GRACE {
+                shared.parked.store(true, Ordering::SeqCst);
+                // Re-check after announcing the park: a caller that saw `parked == false` has
+                // already incremented `running`, so no wake-up is lost.
+                if shared.running.load(Ordering::SeqCst) == 0 && !shared.stop.load(Ordering::Relaxed) {
+                    std::thread::park_timeout(Duration::from_secs(1));
+                }
+                shared.parked.store(false, Ordering::SeqCst);
+                idle_since = None;
+                next = Instant::now() + tick;
+                continue;
+            }
+        } else {
+            idle_since = None;
+        }
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+        engine.increment_epoch();
+        next += tick;
+        let now = Instant::now();
+        if now > next + tick * 100 {
+            next = now + tick; // we were descheduled for long: resync instead of bursting
+        }
     }
 }
 

@@ -124,13 +124,10 @@ impl host::Host for CallState {
         }
         let remaining = nested.deadline.saturating_duration_since(Instant::now());
         let limits = Limits { timeout: remaining, ..nested.limits };
-        nested
-            .caller
-            .call_nested(&name, &args_json, limits, nested.depth + 1)
-            .map_err(|e| types::ToolError {
-                code: e.kind.as_str().to_owned(),
-                message: serde_json::to_string(&e).unwrap_or_else(|_| e.message.clone()),
-            })
+        nested.caller.call_nested(&name, &args_json, limits, nested.depth + 1).map_err(|e| types::ToolError {
+            code: e.kind.as_str().to_owned(),
+            message: serde_json::to_string(&e).unwrap_or_else(|_| e.message.clone()),
+        })
     }
 }
 
@@ -186,7 +183,10 @@ impl tokio::io::AsyncWrite for CappedPipe {
         std::task::Poll::Ready(Ok(buf.len()))
     }
 
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 

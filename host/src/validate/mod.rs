@@ -98,12 +98,7 @@ fn check(
     Err(first)
 }
 
-fn violation(
-    kind: ErrorKind,
-    tool: &str,
-    schema: &Value,
-    error: &jsonschema::ValidationError<'_>,
-) -> StructuredError {
+fn violation(kind: ErrorKind, tool: &str, schema: &Value, error: &jsonschema::ValidationError<'_>) -> StructuredError {
     use jsonschema::error::ValidationErrorKind as K;
     let pointer = error.instance_path().as_str().to_owned();
     let at = if pointer.is_empty() { "the top level".to_owned() } else { format!("`{pointer}`") };
@@ -268,8 +263,7 @@ mod tests {
 
     #[test]
     fn invalid_schemas_are_rejected_at_compile_time() {
-        let err = ToolSchemas::compile(&json!({"type": "objekt"}), &json!({"type": "object"}))
-            .expect_err("bad schema");
+        let err = ToolSchemas::compile(&json!({"type": "objekt"}), &json!({"type": "object"})).expect_err("bad schema");
         assert_eq!(err.which, "input_schema");
     }
 }

@@ -58,11 +58,15 @@ fn calculator_errors_are_tool_errors_with_codes() {
 
 #[test]
 fn text_operations() {
-    let out = call("text", json!({"operation": "find", "text": "a1b22c333", "pattern": "\\d+", "limit": 2}))
-        .expect("find");
-    assert_eq!(out.value["matches"], json!([{"text": "1", "start": 1, "end": 2}, {"text": "22", "start": 3, "end": 5}]));
-    let out = call("text", json!({"operation": "replace", "text": "aaa", "pattern": "a", "replacement": "b", "limit": 2}))
-        .expect("replace");
+    let out =
+        call("text", json!({"operation": "find", "text": "a1b22c333", "pattern": "\\d+", "limit": 2})).expect("find");
+    assert_eq!(
+        out.value["matches"],
+        json!([{"text": "1", "start": 1, "end": 2}, {"text": "22", "start": 3, "end": 5}])
+    );
+    let out =
+        call("text", json!({"operation": "replace", "text": "aaa", "pattern": "a", "replacement": "b", "limit": 2}))
+            .expect("replace");
     assert_eq!(out.value, json!({"text": "bba", "replacements": 2}));
     let out = call("text", json!({"operation": "split", "text": "  one two\tthree "})).expect("split");
     assert_eq!(out.value["parts"], json!(["one", "two", "three"]));
@@ -110,7 +114,8 @@ fn units_composes_calculator_through_the_host() {
 
 #[test]
 fn json_query_selects_with_jsonpath() {
-    let doc = json!({"people": [{"name": "Ada", "age": 36}, {"name": "Alan", "age": 41}, {"name": "Grace", "age": 85}]});
+    let doc =
+        json!({"people": [{"name": "Ada", "age": 36}, {"name": "Alan", "age": 41}, {"name": "Grace", "age": 85}]});
     let out = call("json_query", json!({"document": doc, "query": "$.people[?@.age > 40].name"})).expect("query");
     assert_eq!(out.value["matches"], json!(["Alan", "Grace"]));
     assert_eq!(out.value["count"], 2);

@@ -146,7 +146,9 @@ fn stdout_and_stderr_floods_are_absorbed() {
 #[test]
 fn the_host_survives_every_failure_in_sequence() {
     let limits = Limits { timeout: ms(200), memory_bytes: 16 << 20, ..Limits::default() };
-    for mode in ["loop", "grow", "panic", "unreachable", "stack", "shadow_stack", "not_json", "bad_output", "huge", "recurse"] {
+    for mode in
+        ["loop", "grow", "panic", "unreachable", "stack", "shadow_stack", "not_json", "bad_output", "huge", "recurse"]
+    {
         let e = call_with("hostile", json!({ "mode": mode }), limits).expect_err(mode);
         assert_ne!(e.kind, ErrorKind::InvalidArgs, "{mode}");
         assert_host_healthy();

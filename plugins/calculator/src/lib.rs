@@ -199,7 +199,7 @@ toolsmith_sdk::tool! {
     examples: [
         {"expression": "2 * (3 + 4) ^ 2 / sqrt(16)"} => {"value": 24.5},
         {"expression": "1.5e3 - 10 / 4 * -2"} => {"value": 1505.0},
-        {"expression": "floor(pi * 100) / 100"} => {"value": 3.14},
+        {"expression": "round(e ^ 2 * 100) / 100"} => {"value": 7.39},
         {"expression": "-2 ^ 2 + 2 ^ 3 ^ 2"} => {"value": 508.0},
     ],
 }

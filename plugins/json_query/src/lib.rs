@@ -30,8 +30,9 @@ pub struct Output {
 
 /// Runs `input.query` against `input.document`.
 pub fn query(input: Input) -> Result<Output, ToolError> {
-    let path = serde_json_path::JsonPath::parse(&input.query)
-        .map_err(|e| ToolError::new("invalid_query", format!("`{}` is not a valid JSONPath query: {e}", input.query)))?;
+    let path = serde_json_path::JsonPath::parse(&input.query).map_err(|e| {
+        ToolError::new("invalid_query", format!("`{}` is not a valid JSONPath query: {e}", input.query))
+    })?;
     let located = path.query_located(&input.document);
     let (mut matches, mut paths) = (Vec::new(), Vec::new());
     for node in located {

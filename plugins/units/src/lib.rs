@@ -111,7 +111,13 @@ const UNITS: &[Unit] = &[
     unit("wk", &["week", "weeks"], Time, 604_800.0),
     unit("yr", &["year", "years"], Time, 31_557_600.0), // Julian year: 365.25 days
     Unit { symbol: "K", aliases: &["kelvin", "kelvins"], dimension: Temperature, scale: 1.0, offset: 0.0 },
-    Unit { symbol: "°C", aliases: &["C", "degC", "celsius", "centigrade"], dimension: Temperature, scale: 1.0, offset: 273.15 },
+    Unit {
+        symbol: "°C",
+        aliases: &["C", "degC", "celsius", "centigrade"],
+        dimension: Temperature,
+        scale: 1.0,
+        offset: 273.15,
+    },
     Unit {
         symbol: "°F",
         aliases: &["F", "degF", "fahrenheit"],
@@ -140,9 +146,7 @@ const UNITS: &[Unit] = &[
 fn lookup(name: &str) -> Result<&'static Unit, ToolError> {
     let name = name.trim();
     let exact = UNITS.iter().find(|u| u.symbol == name || u.aliases.contains(&name));
-    let loose = || {
-        UNITS.iter().find(|u| u.aliases.iter().any(|a| a.len() > 3 && a.eq_ignore_ascii_case(name)))
-    };
+    let loose = || UNITS.iter().find(|u| u.aliases.iter().any(|a| a.len() > 3 && a.eq_ignore_ascii_case(name)));
     exact.or_else(loose).ok_or_else(|| {
         let known: Vec<&str> = UNITS.iter().map(|u| u.symbol).collect();
         ToolError::new("unknown_unit", format!("unknown unit `{name}`; known units: {}", known.join(", ")))
@@ -170,17 +174,14 @@ pub fn convert(input: Input) -> Result<Output, ToolError> {
         Quantity::Expression(expression) => {
             toolsmith_sdk::log(Level::Debug, &format!("evaluating `{expression}` with calculator"));
             let out = toolsmith_sdk::call_tool("calculator", &json!({ "expression": expression }))?;
-            out["value"].as_f64().ok_or_else(|| {
-                ToolError::new("invalid_output", format!("calculator returned no number: {out}"))
-            })?
+            out["value"]
+                .as_f64()
+                .ok_or_else(|| ToolError::new("invalid_output", format!("calculator returned no number: {out}")))?
         }
     };
     let base = value * from.scale + from.offset;
     if from.dimension == Temperature && base < 0.0 {
-        return Err(ToolError::new(
-            "below_absolute_zero",
-            format!("{value} {} is below absolute zero", from.symbol),
-        ));
+        return Err(ToolError::new("below_absolute_zero", format!("{value} {} is below absolute zero", from.symbol)));
     }
     let converted = (base - to.offset) / to.scale;
     Ok(Output {
@@ -224,9 +225,7 @@ mod tests {
     use super::*;
 
     fn conv(v: f64, from: &str, to: &str) -> f64 {
-        convert(Input { value: Quantity::Number(v), from: from.into(), to: to.into() })
-            .expect("conversion")
-            .value
+        convert(Input { value: Quantity::Number(v), from: from.into(), to: to.into() }).expect("conversion").value
     }
 
     #[test]

@@ -10,8 +10,23 @@ use toolsmith_sdk::bindings::{Guest, ToolError};
 struct Hostile;
 
 const MODES: &[&str] = &[
-    "ok", "loop", "grow", "panic", "unreachable", "not_json", "bad_output", "huge", "stack", "shadow_stack", "recurse",
-    "call_missing", "call_bad_args", "log_flood", "stdout_flood", "spin", "compose",
+    "ok",
+    "loop",
+    "grow",
+    "panic",
+    "unreachable",
+    "not_json",
+    "bad_output",
+    "huge",
+    "stack",
+    "shadow_stack",
+    "recurse",
+    "call_missing",
+    "call_bad_args",
+    "log_flood",
+    "stdout_flood",
+    "spin",
+    "compose",
 ];
 
 impl Guest for Hostile {

@@ -1,0 +1,119 @@
+//! End-to-end tests through the `toolsmith` binary.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn toolsmith(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolsmith"))
+        .args(args)
+        .env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
+        .output()
+        .expect("run toolsmith")
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn call_prints_the_result() {
+    let out = toolsmith(&["call", "calculator", "--args", r#"{"expression": "2 ^ 10"}"#]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out), serde_json::json!({"value": 1024.0}));
+}
+
+#[test]
+fn call_failures_print_a_structured_error_and_exit_non_zero() {
+    let out = toolsmith(&["call", "calculator", "--args", r#"{"expression": 1}"#]);
+    assert_eq!(out.status.code(), Some(1));
+    let e = &stdout_json(&out)["error"];
+    assert_eq!(e["kind"], "invalid_args");
+    assert_eq!(e["pointer"], "/expression");
+    assert!(e["hint"].is_string());
+
+    let out = toolsmith(&["call", "calculator", "--args", "{not json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["kind"], "invalid_args");
+
+    let out = toolsmith(&["call", "nonexistent_tool"]);
+    assert_eq!(stdout_json(&out)["error"]["kind"], "not_found");
+}
+
+#[test]
+fn call_runs_a_component_file_under_the_given_limits() {
+    let hostile = toolsmith_test_programs::HOSTILE;
+    let out = toolsmith(&["call", hostile, "--args", r#"{"mode": "ok"}"#]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = toolsmith(&["call", hostile, "--args", r#"{"mode": "loop"}"#, "--timeout-ms", "200"]);
+    assert_eq!(stdout_json(&out)["error"]["kind"], "timeout");
+    let out = toolsmith(&["call", hostile, "--args", r#"{"mode": "grow"}"#, "--memory-mb", "16"]);
+    assert_eq!(stdout_json(&out)["error"]["kind"], "out_of_memory");
+    // A plugin loaded from a file can compose the bundled tools.
+    let out = toolsmith(&["call", hostile, "--args", r#"{"mode": "compose"}"#]);
+    assert_eq!(stdout_json(&out)["value"], 42.0);
+    let out = toolsmith(&["call", toolsmith_test_programs::FS_IMPORT]);
+    let e = &stdout_json(&out)["error"];
+    assert_eq!(e["kind"], "invalid_component");
+    assert!(e["message"].as_str().is_some_and(|m| m.contains("wasi:filesystem")), "{e}");
+}
+
+#[test]
+fn inspect_prints_the_manifest_in_three_formats() {
+    let file = toolsmith_test_programs::HOSTILE;
+    let out = toolsmith(&["plugin", "inspect", file]);
+    assert!(out.status.success());
+    assert_eq!(stdout_json(&out)["name"], "hostile");
+    let out = toolsmith(&["plugin", "inspect", file, "--format", "mcp"]);
+    assert_eq!(stdout_json(&out)["inputSchema"]["required"][0], "mode");
+    let out = toolsmith(&["plugin", "inspect", file, "--format", "openai"]);
+    assert_eq!(stdout_json(&out)["function"]["name"], "hostile");
+}
+
+#[test]
+fn schema_prints_the_committed_manifest_schema() {
+    let out = toolsmith(&["schema", "manifest"]);
+    let committed =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/tool-manifest.schema.json"))
+            .expect("committed schema");
+    assert_eq!(stdout_json(&out), serde_json::from_str::<Value>(&committed).expect("json"));
+}
+
+#[test]
+fn quickstart_reproduces_every_example() {
+    let out = toolsmith(&["quickstart"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("all examples reproduced"), "{stdout}");
+    assert!(stdout.contains("\"kind\":\"invalid_args\""), "{stdout}");
+}
+
+#[test]
+fn a_new_plugin_scaffolds_builds_inspects_and_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin = dir.path().join("word_count");
+    let plugin_str = plugin.to_str().expect("utf-8 path");
+    let out = toolsmith(&["plugin", "new", "word_count", "--dir", plugin_str]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Share the guests' target directory so the SDK and its dependencies are already compiled.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../guests");
+    let out = toolsmith(&["plugin", "build", plugin_str, "--target-dir", target.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let component = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(component.ends_with("word_count.wasm"), "{component}");
+    let manifest = stdout_json(&toolsmith(&["plugin", "inspect", &component]));
+    assert_eq!(manifest["name"], "word_count");
+    assert_eq!(manifest["input_schema"]["properties"]["text"]["type"], "string");
+    let out = toolsmith(&["call", &component, "--args", r#"{"text": "one two three"}"#]);
+    assert_eq!(stdout_json(&out), serde_json::json!({"words": 3}));
+    // Scaffolding refuses bad names and non-empty directories.
+    assert!(!toolsmith(&["plugin", "new", "Word-Count", "--dir", plugin_str]).status.success());
+    assert!(!toolsmith(&["plugin", "new", "word_count", "--dir", plugin_str]).status.success());
+}
