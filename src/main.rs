@@ -29,8 +29,13 @@ struct Cli {
 enum Command {
     /// Run the bundled plugins on their examples and show what the platform does.
     Quickstart,
-    /// Call a tool: a bundled tool's name or a component file.
+    /// Call a tool: a bundled or admitted tool's name, or a component file.
     Call(commands::call::CallArgs),
+    /// Create a Python tool and run it once (SEARL's create_and_execute_mcp).
+    Create(commands::create::CreateArgs),
+    /// Run Python functions in the sandbox.
+    #[command(subcommand)]
+    Python(commands::python::PythonCommand),
     /// Write, build and inspect plugins.
     #[command(subcommand)]
     Plugin(commands::plugin::PluginCommand),
@@ -49,6 +54,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Quickstart => commands::quickstart::run(&env),
         Command::Call(args) => commands::call::run(&env, args),
+        Command::Create(args) => commands::create::run(&env, args),
+        Command::Python(cmd) => commands::python::run(&env, cmd),
         Command::Plugin(cmd) => commands::plugin::run(&env, cmd),
         Command::Schema { which } => commands::print_schema(which),
     };

@@ -108,6 +108,26 @@ pub struct StructuredError {
     /// Further violations beyond the first, for schema failures.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub more: Vec<StructuredError>,
+    /// The exception, for `python_error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exception: Option<PythonException>,
+}
+
+/// A Python exception raised by agent-written code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PythonException {
+    /// The exception's class name, e.g. `ZeroDivisionError`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `str(exception)`.
+    pub message: String,
+    /// The traceback, limited to frames of the tool's own code.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub traceback: String,
+    /// For syntax errors: the line number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
 }
 
 impl StructuredError {
@@ -123,6 +143,7 @@ impl StructuredError {
             hint: None,
             code: None,
             more: Vec::new(),
+            exception: None,
         }
     }
 

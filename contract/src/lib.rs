@@ -33,5 +33,5 @@ mod error;
 mod manifest;
 pub mod schemas;
 
-pub use error::{ErrorKind, StructuredError};
+pub use error::{ErrorKind, PythonException, StructuredError};
 pub use manifest::{Example, Manifest, ManifestError, NAME_MAX_LEN, NAME_PATTERN, Provenance, ToolKind, ToolName};

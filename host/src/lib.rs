@@ -19,13 +19,17 @@
 //! - [`sandbox`]: one engine per process, components compiled once and cached on disk, a fresh
 //!   instance per call, deadline, memory and output caps, typed outcomes.
 //! - [`validate`]: input and output schema checks with errors an agent can act on.
+//! - [`python`]: agent-written Python tools in a CPython guest, and SEARL's `create_and_execute_mcp`.
 //! - [`Toolbox`]: named tools and the one call path (validate, run, validate).
 #![warn(missing_docs)]
 
+pub mod python;
 pub mod sandbox;
 mod toolbox;
+mod toolstore;
 pub mod validate;
 
-pub use sandbox::{CallReport, Limits, LoadError, Sandbox, SandboxConfig, SandboxError};
+pub use sandbox::{CallReport, Limits, LoadError, PythonComponent, Sandbox, SandboxConfig, SandboxError};
 pub use toolbox::{CallOutput, Tool, Toolbox};
-pub use toolsmith_contract::{ErrorKind, Manifest, StructuredError};
+pub use toolstore::{ToolStore, ToolStoreError};
+pub use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};

@@ -7,6 +7,8 @@ use std::sync::{Arc, RwLock};
 use serde_json::Value;
 use toolsmith_contract::{ErrorKind, Manifest, StructuredError};
 
+use crate::python::PythonRuntime;
+use crate::python::create::{CreateRequest, Created, PythonTool, create_and_execute};
 use crate::sandbox::{CallReport, Limits, LoadError, LoadedComponent, Sandbox, ToolCaller};
 use crate::validate::ToolSchemas;
 
@@ -22,6 +24,7 @@ pub struct Tool {
 #[derive(Debug)]
 enum Implementation {
     Component(LoadedComponent),
+    Python(PythonTool),
 }
 
 impl Tool {
@@ -34,6 +37,15 @@ impl Tool {
     pub fn component(&self) -> Option<&LoadedComponent> {
         match &self.implementation {
             Implementation::Component(c) => Some(c),
+            Implementation::Python(_) => None,
+        }
+    }
+
+    /// The code behind an agent-written Python tool.
+    pub fn python(&self) -> Option<&PythonTool> {
+        match &self.implementation {
+            Implementation::Python(p) => Some(p),
+            Implementation::Component(_) => None,
         }
     }
 }
@@ -57,12 +69,15 @@ pub struct Toolbox {
 struct Inner {
     sandbox: Sandbox,
     tools: RwLock<BTreeMap<String, Arc<Tool>>>,
+    python: RwLock<Option<PythonRuntime>>,
 }
 
 impl Toolbox {
     /// An empty toolbox over `sandbox`.
     pub fn new(sandbox: Sandbox) -> Self {
-        Toolbox { inner: Arc::new(Inner { sandbox, tools: RwLock::new(BTreeMap::new()) }) }
+        Toolbox {
+            inner: Arc::new(Inner { sandbox, tools: RwLock::new(BTreeMap::new()), python: RwLock::new(None) }),
+        }
     }
 
     /// The sandbox tools run in.
@@ -90,6 +105,36 @@ impl Toolbox {
         let tool = self.load_component(bytes)?;
         self.register(tool.clone());
         Ok(tool)
+    }
+
+    /// Lets this toolbox run Python tools with `runtime`.
+    pub fn set_python(&self, runtime: PythonRuntime) {
+        *self.inner.python.write().unwrap_or_else(|p| p.into_inner()) = Some(runtime);
+    }
+
+    /// The Python runtime, if one was set.
+    pub fn python(&self) -> Option<PythonRuntime> {
+        self.inner.python.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Checks an agent-written tool's schemas and wraps it as a [`Tool`] (not registered).
+    pub fn python_tool(&self, tool: PythonTool) -> Result<Arc<Tool>, LoadError> {
+        let schemas = ToolSchemas::compile(&tool.manifest.input_schema, &tool.manifest.output_schema)
+            .map_err(|e| LoadError::Manifest(e.to_string()))?;
+        Ok(Arc::new(Tool { manifest: tool.manifest.clone(), schemas, implementation: Implementation::Python(tool) }))
+    }
+
+    /// SEARL's `create_and_execute_mcp`: creates a candidate Python tool and runs it once. The
+    /// candidate is returned, not registered; admit it with [`Toolbox::python_tool`] and
+    /// [`Toolbox::register`].
+    pub fn create_python(
+        &self,
+        request: &CreateRequest,
+        provenance: toolsmith_contract::Provenance,
+    ) -> Result<Created, StructuredError> {
+        let runtime = self.python().ok_or_else(|| no_python(&request.name))?;
+        let existing = self.get(&request.name);
+        Ok(create_and_execute(&runtime, request, existing.as_ref().map(|t| &t.manifest), provenance))
     }
 
     /// Registers a loaded tool; returns the tool it replaced, if any.
@@ -154,6 +199,21 @@ impl Inner {
                 let caller: Arc<dyn ToolCaller> = Arc::new(Caller(self.clone()));
                 self.sandbox.call(component, name, &args.to_string(), limits, Some((caller, depth)))?
             }
+            Implementation::Python(python) => {
+                let runtime = self.python.read().unwrap_or_else(|p| p.into_inner()).clone();
+                let runtime = runtime.ok_or_else(|| no_python(name))?;
+                let (positional, kwargs) = python.split_args(args);
+                let run = runtime
+                    .exec(name, &python.code, name, positional, kwargs, limits, None)
+                    .map_err(|failure| failure.error)?;
+                let mut report = run.report;
+                for (level, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+                    for line in text.lines().filter(|l| !l.is_empty()) {
+                        report.logs.push(crate::sandbox::LogLine { level, message: line.to_owned() });
+                    }
+                }
+                (serde_json::json!({ "result": run.result }).to_string(), report)
+            }
         };
         let value: Value = serde_json::from_str(&text).map_err(|e| {
             let head: String = text.chars().take(200).collect();
@@ -179,6 +239,11 @@ impl Inner {
             }
         }
     }
+}
+
+fn no_python(tool: &str) -> StructuredError {
+    StructuredError::new(ErrorKind::InvalidComponent, tool, "this host has no Python runtime loaded")
+        .with_hint("run scripts/setup.sh to build the Python guest, or set TOOLSMITH_PYTHON_GUEST")
 }
 
 /// The way back into the toolbox for `call-tool`: held by the calling store for one call.

@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
 pub mod call;
+pub mod create;
 pub mod plugin;
+pub mod python;
 pub mod quickstart;
 
 use std::path::PathBuf;
@@ -9,7 +11,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use toolsmith_host::{Sandbox, SandboxConfig, Tool, Toolbox};
+use toolsmith_host::python::{PythonRuntime, default_guest_path};
+use toolsmith_host::{Sandbox, SandboxConfig, Tool, ToolStore, Toolbox};
 
 /// Global options every command shares.
 #[derive(Debug)]
@@ -29,13 +32,50 @@ impl Env {
         Sandbox::new(config).context("cannot start the sandbox")
     }
 
-    /// A toolbox with every bundled plugin registered.
+    /// A toolbox with every bundled plugin registered, and the admitted Python tools when the
+    /// Python guest is available.
     pub fn toolbox(&self) -> Result<Toolbox> {
         let toolbox = Toolbox::new(self.sandbox()?);
         for bundled in toolsmith_bundled::BUNDLED {
             load_bundled(&toolbox, bundled)?;
         }
+        let store = ToolStore::new(ToolStore::default_dir());
+        let (tools, problems) = store.load_all();
+        for problem in problems {
+            tracing::warn!("skipping a stored tool: {problem}");
+        }
+        if !tools.is_empty() {
+            match self.python_runtime(toolbox.sandbox()) {
+                Ok(runtime) => toolbox.set_python(runtime),
+                Err(e) => tracing::warn!("admitted Python tools are unavailable: {e:#}"),
+            }
+        }
+        for tool in tools {
+            let name = tool.manifest.name.clone();
+            match toolbox.python_tool(tool) {
+                // A bundled plugin keeps its name; a stored tool cannot shadow it.
+                Ok(tool) if toolbox.get(tool.name()).is_none() => {
+                    toolbox.register(tool);
+                }
+                Ok(_) => tracing::warn!("stored tool `{name}` is shadowed by a bundled plugin"),
+                Err(e) => tracing::warn!("stored tool `{name}` does not load: {e}"),
+            }
+        }
         Ok(toolbox)
+    }
+
+    /// [`Env::toolbox`] with the Python runtime loaded (an error when the guest is missing).
+    pub fn toolbox_with_python(&self) -> Result<Toolbox> {
+        let toolbox = self.toolbox()?;
+        if toolbox.python().is_none() {
+            toolbox.set_python(self.python_runtime(toolbox.sandbox())?);
+        }
+        Ok(toolbox)
+    }
+
+    /// The Python guest, loaded into `sandbox`.
+    pub fn python_runtime(&self, sandbox: &Sandbox) -> Result<PythonRuntime> {
+        Ok(PythonRuntime::load(sandbox.clone(), &default_guest_path())?)
     }
 }
 

@@ -25,6 +25,12 @@
 //! [`LoadError::DisallowedImport`]. The alternative considered, linking everything with an empty
 //! context, would also be inert, but refusing at load time tells a tool author at once.
 //!
+//! The Python guest (a CPython component, see `plugins/python/`) gets a second linker with the whole
+//! of WASI 0.2 linked **with an empty context**: no preopened directories, TCP, UDP and name lookup
+//! disallowed, no environment. CPython's runtime imports the filesystem and socket interfaces at
+//! start-up; with nothing behind them, `open()` raises `FileNotFoundError` and sockets do not exist,
+//! so agent code sees clean Python exceptions instead of traps.
+//!
 //! Fuel metering is not enabled: epoch interruption bounds wall time at a fraction of fuel's cost
 //! (about 15% CPU) and without a second compiled artifact.
 
@@ -36,6 +42,13 @@ pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         world: "tool",
         path: "../schemas/wit",
+    });
+}
+
+pub(crate) mod python_bindings {
+    wasmtime::component::bindgen!({
+        world: "runner",
+        path: "../plugins/python/wit",
     });
 }
 
@@ -170,6 +183,25 @@ pub struct CallReport {
     pub logs_dropped: usize,
     /// Wall time of instantiation plus the call.
     pub elapsed: Duration,
+    /// The tool asked for more memory than its cap at some point (and was refused) but still
+    /// finished: an interpreter may turn a refused allocation into an exception it reports.
+    pub memory_limit_hit: bool,
+}
+
+/// The Python guest, compiled and linked.
+#[derive(Clone)]
+pub struct PythonComponent {
+    pre: python_bindings::RunnerPre<CallState>,
+    /// SHA-256 of the component bytes, hex.
+    pub hash: String,
+    /// Whether it came from the artifact cache.
+    pub cache: CacheOutcome,
+}
+
+impl std::fmt::Debug for PythonComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PythonComponent").field("hash", &self.hash).finish()
+    }
 }
 
 /// The process-wide sandbox. Cheap to clone; all clones share the engine.
@@ -181,6 +213,7 @@ pub struct Sandbox {
 struct Inner {
     engine: Engine,
     linker: Linker<CallState>,
+    python_linker: Linker<CallState>,
     cache: cache::ArtifactCache,
     config: SandboxConfig,
     ticker: Ticker,
@@ -226,9 +259,11 @@ impl Sandbox {
             SandboxError::Engine(last_error.map(|e| e.to_string()).unwrap_or_else(|| "no configuration".into()))
         })?;
         let linker = build_linker(&engine).map_err(|e| SandboxError::Link(e.to_string()))?;
+        let mut python_linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut python_linker).map_err(|e| SandboxError::Link(e.to_string()))?;
         let cache = cache::ArtifactCache::new(&engine, config.cache_dir.clone());
         let ticker = Ticker::start(engine.clone(), config.epoch_tick);
-        Ok(Sandbox { inner: Arc::new(Inner { engine, linker, cache, config, ticker }) })
+        Ok(Sandbox { inner: Arc::new(Inner { engine, linker, python_linker, cache, config, ticker }) })
     }
 
     /// The wasmtime engine (shared by every tool of this process).
@@ -298,13 +333,41 @@ impl Sandbox {
         self.run(instantiate, tool, limits, None, |bindings, store| bindings.call_call(store, args)).map(|(out, _)| out)
     }
 
-    fn run(
+    /// Compiles (or loads from cache) the Python guest component and links it.
+    pub fn load_python(&self, bytes: &[u8]) -> Result<PythonComponent, LoadError> {
+        match bytes.get(..4) {
+            Some([0x00, 0x61, 0x73, 0x6d]) => {}
+            _ => return Err(LoadError::NotWasm),
+        }
+        let (component, cache, hash) =
+            self.inner.cache.load(&self.inner.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let instance_pre =
+            self.inner.python_linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let pre =
+            python_bindings::RunnerPre::new(instance_pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        Ok(PythonComponent { pre, hash, cache })
+    }
+
+    /// Sends one JSON request to a fresh instance of the Python guest and returns its JSON
+    /// response text. The response is the guest's; the caller interprets it.
+    pub fn run_python(
         &self,
-        instantiate: impl FnOnce(&mut Store<CallState>) -> wasmtime::Result<bindings::Tool>,
+        component: &PythonComponent,
+        tool: &str,
+        request: &str,
+        limits: Limits,
+    ) -> Result<(String, CallReport), StructuredError> {
+        let instantiate = |store: &mut Store<CallState>| component.pre.instantiate(store);
+        self.run(instantiate, tool, limits, None, |runner, store| runner.call_run(store, request).map(Ok))
+    }
+
+    fn run<B>(
+        &self,
+        instantiate: impl FnOnce(&mut Store<CallState>) -> wasmtime::Result<B>,
         tool: &str,
         limits: Limits,
         nested: Option<Nested>,
-        f: impl FnOnce(&bindings::Tool, &mut Store<CallState>) -> wasmtime::Result<Result<String, bindings::ToolError>>,
+        f: impl FnOnce(&B, &mut Store<CallState>) -> wasmtime::Result<Result<String, bindings::ToolError>>,
     ) -> Result<(String, CallReport), StructuredError> {
         let started = Instant::now();
         let memory_bytes = limits.memory_bytes.min(self.inner.config.max_memory_bytes);
@@ -351,7 +414,12 @@ impl Sandbox {
                     )
                     .with_hint("ask for less (filter, paginate or summarise) or raise the output cap"));
                 }
-                let mut report = CallReport { logs: state.logs, logs_dropped: state.logs_dropped, elapsed };
+                let mut report = CallReport {
+                    logs: state.logs,
+                    logs_dropped: state.logs_dropped,
+                    elapsed,
+                    memory_limit_hit: state.limiter.hit,
+                };
                 for (level, text) in [("stdout", &stdout_text), ("stderr", &stderr_text)] {
                     for line in text.lines().filter(|l| !l.is_empty()) {
                         report.logs.push(LogLine { level, message: line.to_owned() });
@@ -394,6 +462,10 @@ fn classify(
             format!("the tool tried to grow its memory past the {} MiB cap", memory_bytes >> 20),
         )
         .with_hint("make the call smaller or raise the memory cap");
+    }
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return StructuredError::new(ErrorKind::Trap, tool, format!("the tool exited the interpreter with status {}", exit.0))
+            .with_hint("return a value instead of exiting");
     }
     let panic = panic_message(stderr);
     let what = match trap {

@@ -4,6 +4,7 @@
 mod bundled;
 mod hostile;
 mod loading;
+mod python;
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -1,0 +1,246 @@
+//! Agent-written Python tools.
+//!
+//! Python code runs in a CPython interpreter that is itself a WebAssembly component
+//! (`plugins/python/`, built by `scripts/build-python-guest.sh`), one fresh instance per call, under
+//! the same engine, deadline, memory cap and output cap as plugins (see [`crate::sandbox`]). This
+//! module speaks the guest's JSON protocol ([`PythonRuntime::exec`], [`PythonRuntime::describe`]),
+//! derives tool schemas from Python signatures ([`schema`]), and implements SEARL's
+//! `create_and_execute_mcp` ([`create`]).
+
+pub mod create;
+pub mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use toolsmith_contract::{ErrorKind, PythonException, StructuredError};
+
+use crate::sandbox::{CallReport, Limits, LoadError, PythonComponent, Sandbox};
+
+/// Characters of stdout and of stderr a call keeps (the rest is dropped and counted).
+pub const CAPTURE_CHARS: usize = 64 << 10;
+
+/// The memory cap Python calls get by default: CPython's heap starts at about 20 MiB.
+pub const DEFAULT_MEMORY_BYTES: usize = 256 << 20;
+
+/// Where the Python guest component is: `$TOOLSMITH_PYTHON_GUEST`, else `.deps/python/runner.wasm`
+/// in the source tree this crate was built from (written by `scripts/setup.sh`).
+pub fn default_guest_path() -> PathBuf {
+    match std::env::var_os("TOOLSMITH_PYTHON_GUEST") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/python/runner.wasm"),
+    }
+}
+
+/// Why the Python guest could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PythonLoadError {
+    /// The component file is missing.
+    #[error("the Python guest is not built ({path}); run scripts/setup.sh or set TOOLSMITH_PYTHON_GUEST")]
+    Missing {
+        /// Where it was looked for.
+        path: String,
+    },
+    /// The file exists but does not load.
+    #[error("cannot load the Python guest {path}: {source}")]
+    Load {
+        /// The file.
+        path: String,
+        /// Why.
+        source: LoadError,
+    },
+}
+
+/// The Python guest, loaded into a sandbox.
+#[derive(Debug, Clone)]
+pub struct PythonRuntime {
+    sandbox: Sandbox,
+    component: Arc<PythonComponent>,
+}
+
+/// A finished Python call.
+#[derive(Debug, Clone)]
+pub struct PythonRun {
+    /// The entry function's return value, in the guest's JSON encoding (see `plugins/python/app.py`).
+    pub result: Value,
+    /// Captured standard output (at most [`CAPTURE_CHARS`]).
+    pub stdout: String,
+    /// Captured standard error (at most [`CAPTURE_CHARS`]).
+    pub stderr: String,
+    /// Timing and limits.
+    pub report: CallReport,
+}
+
+/// A failed Python call: the structured error plus whatever the code printed before failing.
+#[derive(Debug, Clone)]
+pub struct PythonFailure {
+    /// What went wrong.
+    pub error: StructuredError,
+    /// Captured standard output, if the guest answered.
+    pub stdout: String,
+    /// Captured standard error, if the guest answered.
+    pub stderr: String,
+}
+
+impl From<StructuredError> for PythonFailure {
+    fn from(error: StructuredError) -> Self {
+        PythonFailure { error, stdout: String::new(), stderr: String::new() }
+    }
+}
+
+/// One parameter of a Python function, as the guest's `describe` reports it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Param {
+    /// The parameter's name.
+    pub name: String,
+    /// `positional_only`, `positional_or_keyword`, `var_positional`, `keyword_only`, `var_keyword`.
+    pub kind: String,
+    /// The annotation's source text, if any.
+    pub annotation: Option<String>,
+    /// Whether it has a default.
+    pub has_default: bool,
+    /// The default, when it is a literal.
+    pub default: Option<Value>,
+}
+
+/// A Python function's signature.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Signature {
+    /// Its parameters in order.
+    pub params: Vec<Param>,
+    /// The return annotation's source text, if any.
+    pub returns: Option<String>,
+    /// Its docstring.
+    pub doc: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ExecResponse {
+    #[serde(default)]
+    result: Value,
+    #[serde(default)]
+    stdout: String,
+    #[serde(default)]
+    stderr: String,
+    #[serde(default)]
+    error: Option<GuestError>,
+}
+
+#[derive(Deserialize)]
+struct GuestError {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    traceback: String,
+    #[serde(default)]
+    line: Option<u32>,
+}
+
+impl GuestError {
+    fn into_structured(self, tool: &str) -> StructuredError {
+        let hint = match self.kind.as_str() {
+            "SyntaxError" | "IndentationError" | "TabError" => "fix the syntax at the line shown",
+            "EntryNotFound" => "define a top-level function whose name is the tool's name",
+            "ModuleNotFoundError" | "ImportError" => {
+                "only these modules exist: math cmath json re itertools functools collections fractions statistics \
+                 datetime decimal random heapq bisect string typing dataclasses enum operator copy textwrap hashlib \
+                 base64 struct"
+            }
+            "TypeError" => "check the arguments against the function's signature",
+            _ => "read the traceback, fix the code or the arguments, and retry",
+        };
+        let mut e = StructuredError::new(ErrorKind::PythonError, tool, format!("{}: {}", self.kind, self.message));
+        e.exception =
+            Some(PythonException { kind: self.kind, message: self.message, traceback: self.traceback, line: self.line });
+        e.with_hint(hint)
+    }
+}
+
+impl PythonRuntime {
+    /// Loads the guest component from `path` into `sandbox` (mapped from the artifact cache when
+    /// it was compiled before).
+    pub fn load(sandbox: Sandbox, path: &Path) -> Result<Self, PythonLoadError> {
+        let bytes = std::fs::read(path).map_err(|_| PythonLoadError::Missing { path: path.display().to_string() })?;
+        let component = sandbox
+            .load_python(&bytes)
+            .map_err(|source| PythonLoadError::Load { path: path.display().to_string(), source })?;
+        Ok(PythonRuntime { sandbox, component: Arc::new(component) })
+    }
+
+    /// The sandbox the guest runs in.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
+    /// The loaded component.
+    pub fn component(&self) -> &PythonComponent {
+        &self.component
+    }
+
+    /// Runs `code` in fresh globals and calls `entry(*args, **kwargs)`; `random` is seeded with
+    /// `seed` (a fresh random seed when `None`).
+    pub fn exec(
+        &self,
+        tool: &str,
+        code: &str,
+        entry: &str,
+        args: Vec<Value>,
+        kwargs: Map<String, Value>,
+        limits: Limits,
+        seed: Option<u64>,
+    ) -> Result<PythonRun, PythonFailure> {
+        let seed = seed.unwrap_or_else(fresh_seed);
+        let request = json!({
+            "op": "exec", "code": code, "entry": entry, "args": args, "kwargs": kwargs,
+            "seed": seed, "capture": CAPTURE_CHARS,
+        });
+        let (text, report) = self.sandbox.run_python(&self.component, tool, &request.to_string(), limits)?;
+        let response: ExecResponse = serde_json::from_str(&text).map_err(|e| malformed(tool, &e))?;
+        let (stdout, stderr) = (response.stdout, response.stderr);
+        match response.error {
+            None => Ok(PythonRun { result: response.result, stdout, stderr, report }),
+            Some(error) => {
+                // A refused allocation surfaces in CPython as MemoryError: report the cap.
+                let error = if report.memory_limit_hit && error.kind == "MemoryError" {
+                    StructuredError::new(
+                        ErrorKind::OutOfMemory,
+                        tool,
+                        format!("the code tried to grow memory past the {} MiB cap", limits.memory_bytes >> 20),
+                    )
+                    .with_hint("use less memory (smaller data, generators) or raise the memory cap")
+                } else {
+                    error.into_structured(tool)
+                };
+                Err(PythonFailure { error, stdout, stderr })
+            }
+        }
+    }
+
+    /// Parses `code` (nothing runs) and describes the top-level function `entry`.
+    pub fn describe(&self, tool: &str, code: &str, entry: &str) -> Result<Signature, StructuredError> {
+        let request = json!({"op": "describe", "code": code, "entry": entry});
+        let limits = Limits { timeout: std::time::Duration::from_secs(10), memory_bytes: DEFAULT_MEMORY_BYTES, ..Limits::default() };
+        let (text, _) = self.sandbox.run_python(&self.component, tool, &request.to_string(), limits)?;
+        let value: Value = serde_json::from_str(&text).map_err(|e| malformed(tool, &e))?;
+        if let Some(error) = value.get("error").filter(|e| !e.is_null()) {
+            let error: GuestError = serde_json::from_value(error.clone()).map_err(|e| malformed(tool, &e))?;
+            return Err(error.into_structured(tool));
+        }
+        serde_json::from_value(value).map_err(|e| malformed(tool, &e))
+    }
+}
+
+fn malformed(tool: &str, e: &serde_json::Error) -> StructuredError {
+    StructuredError::new(ErrorKind::Trap, tool, format!("the Python guest returned a malformed response: {e}"))
+        .with_hint("the code may have sabotaged the interpreter (e.g. replaced builtins); simplify it")
+}
+
+fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
