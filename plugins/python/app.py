@@ -303,6 +303,7 @@ class WitWorld(wit_world.WitWorld):
         except BaseException as exc:
             response = {"error": _error(exc, tb=False)}
         try:
-            return _dumps(response, allow_nan=False)
+            # UTF-8, not \u escapes: a captured emoji costs 4 bytes of the output cap, not 12.
+            return _dumps(response, allow_nan=False, ensure_ascii=False)
         except BaseException as exc:
             return _dumps({"error": _error(exc, tb=False)})

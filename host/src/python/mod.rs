@@ -205,14 +205,19 @@ impl PythonRuntime {
         match response.error {
             None => Ok(PythonRun { result: response.result, stdout, stderr, report }),
             Some(error) => {
-                // A refused allocation surfaces in CPython as MemoryError: report the cap.
-                let error = if report.memory_limit_hit && error.kind == "MemoryError" {
-                    StructuredError::new(
+                // A refused allocation surfaces in CPython as MemoryError, or as whatever the
+                // failing code path raises next (even a TypeError): after the cap was hit, any
+                // exception is reported as out_of_memory, with the exception kept for context.
+                let error = if report.memory_limit_hit {
+                    let exception = error.into_structured(tool).exception;
+                    let mut e = StructuredError::new(
                         ErrorKind::OutOfMemory,
                         tool,
                         format!("the code tried to grow memory past the {} MiB cap", limits.memory_bytes >> 20),
                     )
-                    .with_hint("use less memory (smaller data, generators) or raise the memory cap")
+                    .with_hint("use less memory (smaller data, generators) or raise the memory cap");
+                    e.exception = exception;
+                    e
                 } else {
                     error.into_structured(tool)
                 };

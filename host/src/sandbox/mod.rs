@@ -64,7 +64,7 @@ use wasmtime_wasi::{WasiCtxBuilder, WasiView};
 
 pub use cache::CacheOutcome;
 pub use config::{Limits, SandboxConfig, default_cache_dir};
-use state::{CallState, CappedPipe, Limiter, Nested};
+use state::{CallState, CappedPipe, ClampedClockData, Limiter, Nested};
 pub use state::{LogLine, ToolCaller};
 
 /// Interfaces a component may import (versions are not restricted). See the module docs.
@@ -160,7 +160,7 @@ impl LoadError {
 #[derive(Clone)]
 pub struct LoadedComponent {
     pre: bindings::ToolPre<CallState>,
-    /// SHA-256 of the component bytes, hex.
+    /// BLAKE3 hash of the component bytes, hex.
     pub hash: String,
     /// Whether it came from the artifact cache.
     pub cache: CacheOutcome,
@@ -192,7 +192,7 @@ pub struct CallReport {
 #[derive(Clone)]
 pub struct PythonComponent {
     pre: python_bindings::RunnerPre<CallState>,
-    /// SHA-256 of the component bytes, hex.
+    /// BLAKE3 hash of the component bytes, hex.
     pub hash: String,
     /// Whether it came from the artifact cache.
     pub cache: CacheOutcome,
@@ -259,8 +259,7 @@ impl Sandbox {
             SandboxError::Engine(last_error.map(|e| e.to_string()).unwrap_or_else(|| "no configuration".into()))
         })?;
         let linker = build_linker(&engine).map_err(|e| SandboxError::Link(e.to_string()))?;
-        let mut python_linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut python_linker).map_err(|e| SandboxError::Link(e.to_string()))?;
+        let python_linker = build_python_linker(&engine).map_err(|e| SandboxError::Link(e.to_string()))?;
         let cache = cache::ArtifactCache::new(&engine, config.cache_dir.clone());
         let ticker = Ticker::start(engine.clone(), config.epoch_tick);
         Ok(Sandbox { inner: Arc::new(Inner { engine, linker, python_linker, cache, config, ticker }) })
@@ -392,6 +391,7 @@ impl Sandbox {
             log_cap: limits.log_bytes,
             logs_dropped: 0,
             nested,
+            deadline: started + limits.timeout,
         };
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -593,10 +593,23 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
     cli::terminal_stdout::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
     cli::terminal_stderr::add_to_linker::<_, WasiCli>(l, CallState::cli)?;
     clocks::wall_clock::add_to_linker::<_, WasiClocks>(l, CallState::clocks)?;
-    clocks::monotonic_clock::add_to_linker::<_, WasiClocks>(l, CallState::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<_, ClampedClockData>(l, CallState::clamped_clock)?;
     random::random::add_to_linker::<_, WasiRandom>(l, |s| s.wasi.random())?;
     random::insecure::add_to_linker::<_, WasiRandom>(l, |s| s.wasi.random())?;
     random::insecure_seed::add_to_linker::<_, WasiRandom>(l, |s| s.wasi.random())?;
+    Ok(linker)
+}
+
+fn build_python_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    // Replace the stock monotonic clock with the deadline-clamped one.
+    linker.allow_shadowing(true);
+    wasmtime_wasi::p2::bindings::clocks::monotonic_clock::add_to_linker::<_, ClampedClockData>(
+        &mut linker,
+        CallState::clamped_clock,
+    )?;
+    linker.allow_shadowing(false);
     Ok(linker)
 }
 

@@ -76,6 +76,8 @@ pub(crate) struct CallState {
     pub(crate) log_cap: usize,
     pub(crate) logs_dropped: usize,
     pub(crate) nested: Option<Nested>,
+    /// When this call's time is up.
+    pub(crate) deadline: Instant,
 }
 
 impl CallState {
@@ -217,4 +219,66 @@ impl wasmtime_wasi::p2::OutputStream for CappedPipe {
 #[wasmtime_wasi::async_trait]
 impl wasmtime_wasi::p2::Pollable for CappedPipe {
     async fn ready(&mut self) {}
+}
+
+/// `wasi:clocks/monotonic-clock` with every sleep clamped to the call's deadline.
+///
+/// Epoch interruption stops running WebAssembly, but a guest blocked in the host (Python's
+/// `time.sleep`, Rust's `thread::sleep`: a monotonic-clock subscription waited on with
+/// `wasi:io/poll`) runs no WebAssembly until it wakes. Clamping the subscription wakes it at the
+/// deadline; the next epoch check then stops it, so the deadline holds for sleepers too.
+pub(crate) struct ClampedClock<'a> {
+    clocks: wasmtime_wasi::clocks::WasiClocksCtxView<'a>,
+    deadline: Instant,
+}
+
+pub(crate) struct ClampedClockData;
+
+impl wasmtime::component::HasData for ClampedClockData {
+    type Data<'a> = ClampedClock<'a>;
+}
+
+impl CallState {
+    pub(crate) fn clamped_clock(&mut self) -> ClampedClock<'_> {
+        use wasmtime_wasi::clocks::WasiClocksView;
+        let deadline = self.deadline;
+        ClampedClock { clocks: self.clocks(), deadline }
+    }
+}
+
+use wasmtime_wasi::p2::bindings::clocks::monotonic_clock as mono;
+
+impl ClampedClock<'_> {
+    /// A little past the deadline, so the epoch check (not the sleep) ends the call.
+    fn clamp(&self, nanos: u64) -> u64 {
+        let remaining = self.deadline.saturating_duration_since(Instant::now()) + std::time::Duration::from_millis(2);
+        nanos.min(u64::try_from(remaining.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+impl mono::Host for ClampedClock<'_> {
+    fn now(&mut self) -> wasmtime::Result<mono::Instant> {
+        mono::Host::now(&mut self.clocks)
+    }
+
+    fn resolution(&mut self) -> wasmtime::Result<mono::Duration> {
+        mono::Host::resolution(&mut self.clocks)
+    }
+
+    fn subscribe_instant(
+        &mut self,
+        when: mono::Instant,
+    ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>> {
+        let now = mono::Host::now(&mut self.clocks)?;
+        let duration = self.clamp(when.saturating_sub(now));
+        mono::Host::subscribe_duration(&mut self.clocks, duration)
+    }
+
+    fn subscribe_duration(
+        &mut self,
+        duration: mono::Duration,
+    ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>> {
+        let duration = self.clamp(duration);
+        mono::Host::subscribe_duration(&mut self.clocks, duration)
+    }
 }
