@@ -93,6 +93,10 @@ fn quickstart_reproduces_every_example() {
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("all examples reproduced"), "{stdout}");
     assert!(stdout.contains("\"kind\":\"invalid_args\""), "{stdout}");
+    // The Python section: SEARL's quadratic solver created, admitted, called; hostile code typed.
+    assert!(stdout.contains("\"creation_success\":true"), "{stdout}");
+    assert!(stdout.contains("{\"result\":[3.0,-1.0]}"), "{stdout}");
+    assert!(stdout.contains("timeout in tool `f`"), "{stdout}");
 }
 
 #[test]
@@ -116,4 +120,88 @@ fn a_new_plugin_scaffolds_builds_inspects_and_runs() {
     // Scaffolding refuses bad names and non-empty directories.
     assert!(!toolsmith(&["plugin", "new", "Word-Count", "--dir", plugin_str]).status.success());
     assert!(!toolsmith(&["plugin", "new", "word_count", "--dir", plugin_str]).status.success());
+}
+
+#[test]
+fn create_admit_and_call_a_python_tool_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let code = dir.path().join("area.py");
+    std::fs::write(&code, "def circle_area(r: float) -> float:\n    import math\n    return math.pi * r * r\n")
+        .expect("write");
+    let tools = dir.path().join("tools");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_toolsmith"))
+            .args(args)
+            .env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
+            .env("TOOLSMITH_TOOLS_DIR", &tools)
+            .output()
+            .expect("run toolsmith")
+    };
+    let code = code.to_str().expect("utf-8");
+    let out = run(&[
+        "create",
+        "--name",
+        "circle_area",
+        "--description",
+        "Area of a circle of radius r.",
+        "--arguments",
+        "r (float): the radius",
+        "--returns",
+        "the area",
+        "--code",
+        code,
+        "--inputs",
+        r#"{"r": 2}"#,
+        "--admit",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let result = stdout_json(&out);
+    assert_eq!(result["creation_success"], true);
+    assert!((result["execution_result"].as_f64().expect("number") - 12.566370614359172).abs() < 1e-12);
+    // A later process finds the admitted tool by name.
+    let out = run(&["call", "circle_area", "--args", r#"{"r": 1}"#]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["result"], std::f64::consts::PI);
+    let out = run(&["call", "circle_area", "--args", r#"{"r": "big"}"#]);
+    assert_eq!(stdout_json(&out)["error"]["kind"], "invalid_args");
+    // A failing creation reports SEARL's shape with creation_success false and exits non-zero.
+    let bad = dir.path().join("bad.py");
+    std::fs::write(&bad, "def broken(:\n").expect("write");
+    let out = run(&["create", "--name", "broken", "--description", "Broken.", "--code", bad.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    let result = stdout_json(&out);
+    assert_eq!(result["creation_success"], false);
+    assert!(result["error"].as_str().is_some_and(|e| e.contains("SyntaxError")), "{result}");
+    // A corrupt file in the store is reported and left alone; the other tools still load.
+    std::fs::write(tools.join("corrupt.json"), "{not json").expect("write");
+    let out = run(&["call", "circle_area", "--args", r#"{"r": 1}"#]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("corrupt.json"));
+    assert_eq!(std::fs::read_to_string(tools.join("corrupt.json")).expect("kept"), "{not json");
+}
+
+#[test]
+fn python_run_prints_result_stdout_and_structured_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("f.py");
+    std::fs::write(
+        &file,
+        "def f(a, b=2):\n    print('adding')\n    return a + b\n\ndef loop():\n    while True:\n        pass\n",
+    )
+    .expect("write");
+    let file = file.to_str().expect("utf-8");
+    let out = toolsmith(&["python", "run", file, "--entry", "f", "--args", r#"{"a": 40}"#]);
+    assert!(out.status.success());
+    let v = stdout_json(&out);
+    assert_eq!(v["result"], 42);
+    assert_eq!(v["stdout"], "adding\n");
+    let out = toolsmith(&["python", "run", file, "--entry", "f", "--args", "[1, 2]"]);
+    assert_eq!(stdout_json(&out)["result"], 3);
+    let out = toolsmith(&["python", "run", file, "--entry", "loop", "--timeout", "0.3"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["kind"], "timeout");
+    let out = toolsmith(&["python", "run", file, "--entry", "f", "--args", r#"{"a": "x"}"#]);
+    let e = &stdout_json(&out)["error"];
+    assert_eq!(e["kind"], "python_error");
+    assert_eq!(e["exception"]["type"], "TypeError");
 }

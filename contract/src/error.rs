@@ -110,7 +110,7 @@ pub struct StructuredError {
     pub more: Vec<StructuredError>,
     /// The exception, for `python_error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exception: Option<PythonException>,
+    pub exception: Option<Box<PythonException>>,
 }
 
 /// A Python exception raised by agent-written code.

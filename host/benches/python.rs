@@ -4,6 +4,7 @@
 //! in-process CPython (native, unsandboxed) for reference. Prints a table.
 //!
 //! Run with `cargo bench -p toolsmith-host --bench python` (needs scripts/setup.sh's guest).
+//! `KEEP_RESIDENT_KIB=N` overrides the pooling allocator's resident window for experiments.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -46,7 +47,10 @@ fn main() {
     let t = Instant::now();
     uncached.load_python(&bytes).expect("compile");
     let cold_compile = t.elapsed();
-    let config = SandboxConfig { cache_dir: Some(cache.path().to_owned()), ..SandboxConfig::default() };
+    let mut config = SandboxConfig { cache_dir: Some(cache.path().to_owned()), ..SandboxConfig::default() };
+    if let Some(kib) = std::env::var("KEEP_RESIDENT_KIB").ok().and_then(|k| k.parse::<usize>().ok()) {
+        config.keep_resident_bytes = kib << 10;
+    }
     Sandbox::new(config.clone()).expect("sandbox").load_python(&bytes).expect("fill the cache");
 
     // A fresh process's view: sandbox, mmap-load the artifact, first call.
@@ -69,13 +73,21 @@ fn main() {
         .collect();
     let (p50, p99) = (percentile(&mut samples, 0.5), percentile(&mut samples, 0.99));
 
-    // References: a python3 subprocess per call, and a warm native interpreter.
+    // References: a python3 subprocess per call, and a warm native interpreter. Resolve the real
+    // interpreter first: a version-manager shim on PATH would add its own start-up to each call.
+    let python3 = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "python3".to_owned());
     let args_json = serde_json::to_string(&kwargs).expect("json");
     let script = format!("{CODE}\nimport json, sys\nprint(json.dumps(stats(**json.loads(sys.argv[1]))))");
     let mut subprocess: Vec<Duration> = (0..20)
         .map(|_| {
             let t = Instant::now();
-            let out = Command::new("python3").arg("-c").arg(&script).arg(&args_json).output().expect("python3");
+            let out = Command::new(&python3).arg("-c").arg(&script).arg(&args_json).output().expect("python3");
             assert!(out.status.success());
             t.elapsed()
         })
@@ -84,7 +96,7 @@ fn main() {
     let timeit = format!(
         "{CODE}\nimport json, timeit, sys\nkw = json.loads(sys.argv[1])\nn = 2000\nprint(min(timeit.repeat(lambda: stats(**kw), number=n, repeat=5)) / n)"
     );
-    let out = Command::new("python3").arg("-c").arg(&timeit).arg(&args_json).output().expect("python3");
+    let out = Command::new(&python3).arg("-c").arg(&timeit).arg(&args_json).output().expect("python3");
     let in_process: f64 = String::from_utf8_lossy(&out.stdout).trim().parse::<f64>().unwrap_or(f64::NAN) * 1e3;
 
     println!("10-line Python function (stats over 50 numbers)");

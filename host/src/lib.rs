@@ -31,5 +31,5 @@ pub mod validate;
 
 pub use sandbox::{CallReport, Limits, LoadError, PythonComponent, Sandbox, SandboxConfig, SandboxError};
 pub use toolbox::{CallOutput, Tool, Toolbox};
-pub use toolstore::{ToolStore, ToolStoreError};
 pub use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};
+pub use toolstore::{ToolStore, ToolStoreError};

@@ -75,9 +75,7 @@ struct Inner {
 impl Toolbox {
     /// An empty toolbox over `sandbox`.
     pub fn new(sandbox: Sandbox) -> Self {
-        Toolbox {
-            inner: Arc::new(Inner { sandbox, tools: RwLock::new(BTreeMap::new()), python: RwLock::new(None) }),
-        }
+        Toolbox { inner: Arc::new(Inner { sandbox, tools: RwLock::new(BTreeMap::new()), python: RwLock::new(None) }) }
     }
 
     /// The sandbox tools run in.
@@ -205,7 +203,7 @@ impl Inner {
                 let (positional, kwargs) = python.split_args(args);
                 let run = runtime
                     .exec(name, &python.code, name, positional, kwargs, limits, None)
-                    .map_err(|failure| failure.error)?;
+                    .map_err(|failure| *failure.error)?;
                 let mut report = run.report;
                 for (level, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
                     for line in text.lines().filter(|l| !l.is_empty()) {

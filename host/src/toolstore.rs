@@ -55,10 +55,8 @@ impl ToolStore {
         };
         std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
         let path = self.dir.join(format!("{}.json", tool.manifest.name));
-        let text = serde_json::to_string_pretty(tool).map_err(|e| ToolStoreError::Io {
-            path: path.display().to_string(),
-            source: std::io::Error::other(e),
-        })?;
+        let text = serde_json::to_string_pretty(tool)
+            .map_err(|e| ToolStoreError::Io { path: path.display().to_string(), source: std::io::Error::other(e) })?;
         let mut tmp = tempfile::NamedTempFile::new_in(&self.dir).map_err(io(&self.dir))?;
         std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(io(&path))?;
         tmp.persist(&path).map_err(|e| ToolStoreError::Io { path: path.display().to_string(), source: e.error })?;

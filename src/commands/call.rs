@@ -63,11 +63,11 @@ pub fn run(env: &Env, args: CallArgs) -> Result<ExitCode> {
                     eprintln!("[{}] {}", line.level, line.message);
                 }
             }
-            println!("{}", serde_json::to_string_pretty(&out.value)?);
+            super::print_json(&out.value)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            println!("{}", serde_json::to_string_pretty(&e.to_envelope())?);
+            super::print_json(&e.to_envelope())?;
             Ok(ExitCode::FAILURE)
         }
     }

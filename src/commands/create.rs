@@ -58,7 +58,7 @@ pub fn run(env: &Env, args: CreateArgs) -> Result<ExitCode> {
     let toolbox = env.toolbox_with_python()?;
     let provenance = Provenance { author: Some("cli".into()), ..Provenance::default() };
     let created = toolbox.create_python(&request, provenance).map_err(|e| anyhow::anyhow!("{e}"))?;
-    println!("{}", serde_json::to_string_pretty(&created.result)?);
+    super::print_json(&created.result)?;
     match created.tool {
         Some(tool) if args.admit => {
             let store = ToolStore::new(ToolStore::default_dir());

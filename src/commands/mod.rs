@@ -103,6 +103,18 @@ pub fn print_schema(which: SchemaName) -> Result<ExitCode> {
         .find(|(name, _)| *name == file)
         .map(|(_, schema)| schema)
         .context("unknown schema")?;
-    println!("{}", serde_json::to_string_pretty(&schema)?);
+    print_json(&schema)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a JSON document to standard output. A closed pipe (`toolsmith ... | head`) ends the
+/// process quietly instead of panicking.
+pub fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    use std::io::Write;
+    let text = serde_json::to_string_pretty(value)?;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => Ok(other?),
+    }
 }

@@ -92,7 +92,7 @@ pub fn run(env: &Env, cmd: PluginCommand) -> Result<ExitCode> {
                     eprintln!("import {import}");
                 }
             }
-            println!("{}", serde_json::to_string_pretty(&out)?);
+            super::print_json(&out)?;
             Ok(ExitCode::SUCCESS)
         }
     }

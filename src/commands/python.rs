@@ -55,6 +55,6 @@ pub fn run(env: &Env, cmd: PythonCommand) -> Result<ExitCode> {
         Err(f) => json!({"result": null, "stdout": f.stdout, "stderr": f.stderr, "error": f.error}),
     };
     let failed = !out["error"].is_null();
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    super::print_json(&out)?;
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

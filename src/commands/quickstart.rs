@@ -107,7 +107,9 @@ fn python_section(env: &Env, toolbox: &Toolbox) -> Result<()> {
         inputs: json!({"a": 1, "b": -3, "c": 2}).as_object().cloned().unwrap_or_default(),
         timeout: 15.0,
     };
-    println!("  $ create_and_execute_mcp(name=\"quadratic_solver\", arguments=\"a,b,c (float)\", inputs={{a: 1, b: -3, c: 2}})");
+    println!(
+        "  $ create_and_execute_mcp(name=\"quadratic_solver\", arguments=\"a,b,c (float)\", inputs={{a: 1, b: -3, c: 2}})"
+    );
     let created = toolbox.create_python(&request, Default::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
     println!("  {}", serde_json::to_string(&created.result)?);
     if let Some(tool) = created.tool {

@@ -179,7 +179,7 @@ pub fn create_and_execute(
     };
     let run = match runtime.exec(name, &request.code, name, args, kwargs, limits, None) {
         Ok(run) => run,
-        Err(f) => return fail(f.error, f.stdout, f.stderr),
+        Err(f) => return fail(*f.error, f.stdout, f.stderr),
     };
 
     // Derive and check the output schema against what it returned.
@@ -233,7 +233,8 @@ fn describe_failure(e: &StructuredError) -> String {
 }
 
 fn bump_minor(version: &str) -> String {
-    let mut parts = version.split(['-', '+']).next().unwrap_or("0.0.0").split('.').map(|p| p.parse::<u64>().unwrap_or(0));
+    let mut parts =
+        version.split(['-', '+']).next().unwrap_or("0.0.0").split('.').map(|p| p.parse::<u64>().unwrap_or(0));
     let major = parts.next().unwrap_or(0);
     let minor = parts.next().unwrap_or(0);
     format!("{major}.{}.0", minor + 1)
@@ -242,11 +243,7 @@ fn bump_minor(version: &str) -> String {
 impl Signature {
     /// The names of parameters that must be given.
     pub fn required(&self) -> Vec<&str> {
-        self.params
-            .iter()
-            .filter(|p| !p.has_default && !p.kind.starts_with("var_"))
-            .map(|p| p.name.as_str())
-            .collect()
+        self.params.iter().filter(|p| !p.has_default && !p.kind.starts_with("var_")).map(|p| p.name.as_str()).collect()
     }
 }
 

@@ -77,8 +77,8 @@ pub struct PythonRun {
 /// A failed Python call: the structured error plus whatever the code printed before failing.
 #[derive(Debug, Clone)]
 pub struct PythonFailure {
-    /// What went wrong.
-    pub error: StructuredError,
+    /// What went wrong (boxed: failures are the rare path, and this keeps `Result`s small).
+    pub error: Box<StructuredError>,
     /// Captured standard output, if the guest answered.
     pub stdout: String,
     /// Captured standard error, if the guest answered.
@@ -87,7 +87,7 @@ pub struct PythonFailure {
 
 impl From<StructuredError> for PythonFailure {
     fn from(error: StructuredError) -> Self {
-        PythonFailure { error, stdout: String::new(), stderr: String::new() }
+        PythonFailure { error: Box::new(error), stdout: String::new(), stderr: String::new() }
     }
 }
 
@@ -155,8 +155,12 @@ impl GuestError {
             _ => "read the traceback, fix the code or the arguments, and retry",
         };
         let mut e = StructuredError::new(ErrorKind::PythonError, tool, format!("{}: {}", self.kind, self.message));
-        e.exception =
-            Some(PythonException { kind: self.kind, message: self.message, traceback: self.traceback, line: self.line });
+        e.exception = Some(Box::new(PythonException {
+            kind: self.kind,
+            message: self.message,
+            traceback: self.traceback,
+            line: self.line,
+        }));
         e.with_hint(hint)
     }
 }
@@ -184,6 +188,7 @@ impl PythonRuntime {
 
     /// Runs `code` in fresh globals and calls `entry(*args, **kwargs)`; `random` is seeded with
     /// `seed` (a fresh random seed when `None`).
+    #[allow(clippy::too_many_arguments)] // one parameter per field of the guest's request
     pub fn exec(
         &self,
         tool: &str,
@@ -221,7 +226,7 @@ impl PythonRuntime {
                 } else {
                     error.into_structured(tool)
                 };
-                Err(PythonFailure { error, stdout, stderr })
+                Err(PythonFailure { error: Box::new(error), stdout, stderr })
             }
         }
     }
@@ -229,7 +234,11 @@ impl PythonRuntime {
     /// Parses `code` (nothing runs) and describes the top-level function `entry`.
     pub fn describe(&self, tool: &str, code: &str, entry: &str) -> Result<Signature, StructuredError> {
         let request = json!({"op": "describe", "code": code, "entry": entry});
-        let limits = Limits { timeout: std::time::Duration::from_secs(10), memory_bytes: DEFAULT_MEMORY_BYTES, ..Limits::default() };
+        let limits = Limits {
+            timeout: std::time::Duration::from_secs(10),
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            ..Limits::default()
+        };
         let (text, _) = self.sandbox.run_python(&self.component, tool, &request.to_string(), limits)?;
         let value: Value = serde_json::from_str(&text).map_err(|e| malformed(tool, &e))?;
         if let Some(error) = value.get("error").filter(|e| !e.is_null()) {

@@ -174,7 +174,8 @@ fn split_top_level(s: &str) -> Vec<&str> {
 
 fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The JSON type a free-text type description names, e.g. "roots list" -> array.
@@ -329,7 +330,11 @@ impl Parser<'_> {
             "bytes" | "bytearray" => json!({"type": "string"}),
             "Any" | "object" => json!({}),
             "list" | "List" | "Sequence" | "Iterable" | "Collection" | "MutableSequence" => {
-                if args.is_empty() { json!({"type": "array"}) } else { json!({"type": "array", "items": first()}) }
+                if args.is_empty() {
+                    json!({"type": "array"})
+                } else {
+                    json!({"type": "array", "items": first()})
+                }
             }
             "set" | "Set" | "frozenset" | "FrozenSet" => {
                 let mut s = json!({"type": "array", "uniqueItems": true});
@@ -418,7 +423,10 @@ mod tests {
             ("typing.Dict[str, float]", json!({"type": "object", "additionalProperties": {"type": "number"}})),
             ("Optional[str]", json!({"anyOf": [{"type": "string"}, {"type": "null"}]})),
             ("int | None", json!({"anyOf": [{"type": "integer"}, {"type": "null"}]})),
-            ("tuple[int, str]", json!({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "minItems": 2, "maxItems": 2})),
+            (
+                "tuple[int, str]",
+                json!({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "minItems": 2, "maxItems": 2}),
+            ),
             ("Tuple[float, ...]", json!({"type": "array", "items": {"type": "number"}})),
             ("Literal['a', 'b', 3]", json!({"enum": ["a", "b", 3]})),
             ("Any", json!({})),
@@ -447,7 +455,12 @@ mod tests {
     #[test]
     fn input_schema_prefers_annotation_then_text_then_example() {
         let sig = Signature {
-            params: vec![param("a", Some("int"), false), param("b", None, false), param("c", None, true), param("d", None, false)],
+            params: vec![
+                param("a", Some("int"), false),
+                param("b", None, false),
+                param("c", None, true),
+                param("d", None, false),
+            ],
             returns: None,
             doc: None,
         };

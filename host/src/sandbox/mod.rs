@@ -340,10 +340,12 @@ impl Sandbox {
         }
         let (component, cache, hash) =
             self.inner.cache.load(&self.inner.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
-        let instance_pre =
-            self.inner.python_linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
-        let pre =
-            python_bindings::RunnerPre::new(instance_pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let instance_pre = self
+            .inner
+            .python_linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let pre = python_bindings::RunnerPre::new(instance_pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
         Ok(PythonComponent { pre, hash, cache })
     }
 
@@ -464,8 +466,12 @@ fn classify(
         .with_hint("make the call smaller or raise the memory cap");
     }
     if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
-        return StructuredError::new(ErrorKind::Trap, tool, format!("the tool exited the interpreter with status {}", exit.0))
-            .with_hint("return a value instead of exiting");
+        return StructuredError::new(
+            ErrorKind::Trap,
+            tool,
+            format!("the tool exited the interpreter with status {}", exit.0),
+        )
+        .with_hint("return a value instead of exiting");
     }
     let panic = panic_message(stderr);
     let what = match trap {

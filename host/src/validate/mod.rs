@@ -169,10 +169,7 @@ fn field_description(schema: &Value, keyword_path: &str) -> Option<String> {
     let doc = node.get("description")?.as_str()?;
     let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
     // The first sentence: a ". " followed by a capital letter ("e.g. `x`" does not end one).
-    let end = doc
-        .match_indices(". ")
-        .map(|(i, _)| i)
-        .find(|&i| doc[i + 2..].starts_with(|c: char| c.is_uppercase()));
+    let end = doc.match_indices(". ").map(|(i, _)| i).find(|&i| doc[i + 2..].starts_with(|c: char| c.is_uppercase()));
     let sentence = match end {
         Some(end) => &doc[..=end],
         None => doc.as_str(),

@@ -14,7 +14,8 @@ pub fn python_toolbox() -> &'static Toolbox {
     TOOLBOX.get_or_init(|| {
         let config = SandboxConfig { cache_dir: Some(crate::cache_dir()), ..SandboxConfig::default() };
         let sandbox = Sandbox::new(config).expect("sandbox");
-        let runtime = PythonRuntime::load(sandbox.clone(), &default_guest_path()).expect("python guest (scripts/setup.sh builds it)");
+        let runtime = PythonRuntime::load(sandbox.clone(), &default_guest_path())
+            .expect("python guest (scripts/setup.sh builds it)");
         let toolbox = Toolbox::new(sandbox);
         toolbox.set_python(runtime);
         toolbox
@@ -62,11 +63,14 @@ fn searl_quadratic_solver_end_to_end() {
     admit(tool);
     let out = python_toolbox().call("quadratic_solver", &json!({"a": 1, "b": 2, "c": 1}), limits(5000)).expect("call");
     assert_eq!(out.value, json!({"result": [-1.0, -1.0]}));
-    let e = python_toolbox().call("quadratic_solver", &json!({"a": "one", "b": 2, "c": 1}), limits(5000)).expect_err("types");
+    let e = python_toolbox()
+        .call("quadratic_solver", &json!({"a": "one", "b": 2, "c": 1}), limits(5000))
+        .expect_err("types");
     assert_eq!(e.kind, ErrorKind::InvalidArgs);
     assert_eq!(e.pointer.as_deref(), Some("/a"));
     // The derived output schema is enforced: "complex roots" is not a list.
-    let e = python_toolbox().call("quadratic_solver", &json!({"a": 1, "b": 0, "c": 1}), limits(5000)).expect_err("schema");
+    let e =
+        python_toolbox().call("quadratic_solver", &json!({"a": 1, "b": 0, "c": 1}), limits(5000)).expect_err("schema");
     assert_eq!(e.kind, ErrorKind::InvalidOutput);
 }
 
@@ -302,7 +306,8 @@ fn hostile_corpus_gets_typed_outcomes_and_leaks_nothing() {
             }
         }
         // The host survives every case and keeps serving correctly.
-        let sanity = exec("def ok():\n    return sum(range(10))\n", "ok", json!({}), limits).expect("host still serves");
+        let sanity =
+            exec("def ok():\n    return sum(range(10))\n", "ok", json!({}), limits).expect("host still serves");
         assert_eq!(sanity.result, json!(45), "after {}", case.name);
     }
     assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
