@@ -33,6 +33,8 @@ pub enum ErrorKind {
     NotFound,
     /// Agent-written Python code raised an exception.
     PythonError,
+    /// The host is at its concurrency limit; nothing is wrong with the call, retry it later.
+    Busy,
 }
 
 impl ErrorKind {
@@ -49,6 +51,7 @@ impl ErrorKind {
             ErrorKind::InvalidComponent => "invalid_component",
             ErrorKind::NotFound => "not_found",
             ErrorKind::PythonError => "python_error",
+            ErrorKind::Busy => "busy",
         }
     }
 
@@ -58,7 +61,7 @@ impl ErrorKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::InvalidArgs,
         ErrorKind::InvalidOutput,
         ErrorKind::ToolError,
@@ -69,6 +72,7 @@ impl ErrorKind {
         ErrorKind::InvalidComponent,
         ErrorKind::NotFound,
         ErrorKind::PythonError,
+        ErrorKind::Busy,
     ];
 }
 

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use toolsmith_contract::{ErrorKind, Example, Manifest, Provenance, StructuredError, ToolKind, ToolName};
 
-use super::{DEFAULT_MEMORY_BYTES, PythonRuntime, Signature, schema};
+use super::{DEFAULT_MEMORY_BYTES, PythonRuntime, schema};
 use crate::sandbox::Limits;
 use crate::validate::ToolSchemas;
 
@@ -238,13 +238,6 @@ fn bump_minor(version: &str) -> String {
     let major = parts.next().unwrap_or(0);
     let minor = parts.next().unwrap_or(0);
     format!("{major}.{}.0", minor + 1)
-}
-
-impl Signature {
-    /// The names of parameters that must be given.
-    pub fn required(&self) -> Vec<&str> {
-        self.params.iter().filter(|p| !p.has_default && !p.kind.starts_with("var_")).map(|p| p.name.as_str()).collect()
-    }
 }
 
 #[cfg(test)]

@@ -465,6 +465,14 @@ fn classify(
         )
         .with_hint("make the call smaller or raise the memory cap");
     }
+    if error.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
+        return StructuredError::new(
+            ErrorKind::Busy,
+            tool,
+            "the sandbox is running as many instances as it holds (nested call-tool calls count)",
+        )
+        .with_hint("retry when other calls have finished, or configure more instances");
+    }
     if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
         return StructuredError::new(
             ErrorKind::Trap,

@@ -78,3 +78,20 @@ fn precompiled_artifacts_are_cached_and_corrupt_ones_replaced() {
         .expect("call");
     assert_eq!(out.value["value"], 1000.0);
 }
+
+#[test]
+fn a_full_instance_pool_is_busy_not_a_trap() {
+    // One instance: a tool that composes another needs two at once.
+    let config = SandboxConfig { max_instances: 1, cache_dir: Some(crate::cache_dir()), ..SandboxConfig::default() };
+    let toolbox = Toolbox::new(Sandbox::new(config).expect("sandbox"));
+    toolbox.add_component(toolsmith_bundled::get("calculator").expect("calculator").component).expect("load");
+    toolbox.add_component(&programs::read(programs::HOSTILE)).expect("load");
+    let e = toolbox
+        .call("hostile", &serde_json::json!({"mode": "compose"}), Default::default())
+        .expect_err("the nested call cannot get an instance");
+    assert_eq!(e.code.as_deref(), Some("busy"), "{e}");
+    // Alone, each call still fits.
+    let out =
+        toolbox.call("calculator", &serde_json::json!({"expression": "1 + 1"}), Default::default()).expect("fits");
+    assert_eq!(out.value["value"], 2.0);
+}
