@@ -42,13 +42,27 @@ fn main() {
     let limits = Limits::default();
     let cache = tempfile::tempdir().expect("tempdir");
 
+    let keep_resident = std::env::var("KEEP_RESIDENT_KIB").ok().and_then(|k| k.parse::<usize>().ok());
+    // `TOOLSMITH_BENCH_LOOP=N`: only run N sandboxed calls (artifact from the user cache), for a profiler.
+    if let Some(n) = std::env::var("TOOLSMITH_BENCH_LOOP").ok().and_then(|n| n.parse::<usize>().ok()) {
+        let mut config = SandboxConfig::default();
+        if let Some(kib) = keep_resident {
+            config.keep_resident_bytes = kib << 10;
+        }
+        let runtime = PythonRuntime::load(Sandbox::new(config).expect("sandbox"), &guest).expect("load");
+        for _ in 0..n {
+            runtime.exec("stats", CODE, "stats", vec![], kwargs.clone(), limits, Some(1)).expect("call");
+        }
+        return;
+    }
+
     // Cold compile of the interpreter (no cache), then the precompiled artifact from the cache.
     let uncached = Sandbox::new(SandboxConfig { cache_dir: None, ..SandboxConfig::default() }).expect("sandbox");
     let t = Instant::now();
     uncached.load_python(&bytes).expect("compile");
     let cold_compile = t.elapsed();
     let mut config = SandboxConfig { cache_dir: Some(cache.path().to_owned()), ..SandboxConfig::default() };
-    if let Some(kib) = std::env::var("KEEP_RESIDENT_KIB").ok().and_then(|k| k.parse::<usize>().ok()) {
+    if let Some(kib) = keep_resident {
         config.keep_resident_bytes = kib << 10;
     }
     Sandbox::new(config.clone()).expect("sandbox").load_python(&bytes).expect("fill the cache");
