@@ -205,11 +205,7 @@ impl Inner {
                     .exec(name, &python.code, name, positional, kwargs, limits, None)
                     .map_err(|failure| *failure.error)?;
                 let mut report = run.report;
-                for (level, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
-                    for line in text.lines().filter(|l| !l.is_empty()) {
-                        report.logs.push(crate::sandbox::LogLine { level, message: line.to_owned() });
-                    }
-                }
+                report.push_output(&run.stdout, &run.stderr);
                 (serde_json::json!({ "result": run.result }).to_string(), report)
             }
         };

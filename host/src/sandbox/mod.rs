@@ -188,6 +188,17 @@ pub struct CallReport {
     pub memory_limit_hit: bool,
 }
 
+impl CallReport {
+    /// Appends captured standard output and error, one log line per non-empty line.
+    pub fn push_output(&mut self, stdout: &str, stderr: &str) {
+        for (level, text) in [("stdout", stdout), ("stderr", stderr)] {
+            for line in text.lines().filter(|l| !l.is_empty()) {
+                self.logs.push(LogLine { level, message: line.to_owned() });
+            }
+        }
+    }
+}
+
 /// The Python guest, compiled and linked.
 #[derive(Clone)]
 pub struct PythonComponent {
@@ -282,19 +293,22 @@ impl Sandbox {
 
     /// Compiles (or loads from cache) a component, checks its imports and links it.
     pub fn load(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        let (component, cache, hash) = self.compile(bytes)?;
+        let imports = check_imports(&self.inner.engine, &component)?;
+        let instance_pre =
+            self.inner.linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let pre = bindings::ToolPre::new(instance_pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        Ok(LoadedComponent { pre, hash, cache, imports })
+    }
+
+    /// Checks the header, then compiles `bytes` (or maps them from the artifact cache).
+    fn compile(&self, bytes: &[u8]) -> Result<(Component, CacheOutcome, String), LoadError> {
         match bytes.get(..8) {
             Some([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]) => return Err(LoadError::NotAComponent),
             Some([0x00, 0x61, 0x73, 0x6d, ..]) => {}
             _ => return Err(LoadError::NotWasm),
         }
-        let engine = &self.inner.engine;
-        let (component, cache, hash) =
-            self.inner.cache.load(engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
-        let imports = check_imports(engine, &component)?;
-        let instance_pre =
-            self.inner.linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
-        let pre = bindings::ToolPre::new(instance_pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
-        Ok(LoadedComponent { pre, hash, cache, imports })
+        self.inner.cache.load(&self.inner.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))
     }
 
     /// Reads a loaded component's manifest JSON (fresh instance, default limits, no `call-tool`).
@@ -334,12 +348,7 @@ impl Sandbox {
 
     /// Compiles (or loads from cache) the Python guest component and links it.
     pub fn load_python(&self, bytes: &[u8]) -> Result<PythonComponent, LoadError> {
-        match bytes.get(..4) {
-            Some([0x00, 0x61, 0x73, 0x6d]) => {}
-            _ => return Err(LoadError::NotWasm),
-        }
-        let (component, cache, hash) =
-            self.inner.cache.load(&self.inner.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let (component, cache, hash) = self.compile(bytes)?;
         let instance_pre = self
             .inner
             .python_linker
@@ -422,11 +431,7 @@ impl Sandbox {
                     elapsed,
                     memory_limit_hit: state.limiter.hit,
                 };
-                for (level, text) in [("stdout", &stdout_text), ("stderr", &stderr_text)] {
-                    for line in text.lines().filter(|l| !l.is_empty()) {
-                        report.logs.push(LogLine { level, message: line.to_owned() });
-                    }
-                }
+                report.push_output(&stdout_text, &stderr_text);
                 Ok((output, report))
             }
             Ok(Err(tool_error)) => {
