@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use toolsmith_contract::{ErrorKind, StructuredError};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtxBuilder, WasiView};
 
 pub use cache::CacheOutcome;
@@ -407,8 +407,19 @@ impl Sandbox {
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
         let _running = self.inner.ticker.running();
-        store.set_epoch_deadline(ticks(limits.timeout, self.inner.config.epoch_tick));
-        store.epoch_deadline_trap();
+        let tick = self.inner.config.epoch_tick;
+        store.set_epoch_deadline(ticks(limits.timeout, tick));
+        // The ticker catches up in a burst after being descheduled, so an epoch count alone can
+        // run out before the wall-clock deadline; check the clock and extend until it has passed.
+        store.epoch_deadline_callback(move |ctx| {
+            let now = Instant::now();
+            let deadline = ctx.data().deadline;
+            Ok(if now >= deadline {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Continue(ticks(deadline - now, tick))
+            })
+        });
 
         let result = instantiate(&mut store).and_then(|bindings| f(&bindings, &mut store));
         let elapsed = started.elapsed();
