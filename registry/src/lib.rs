@@ -1,0 +1,85 @@
+//! The tool graph: Toolsmith's long-term memory of tools (SEARL §3.4, Appendix E).
+//!
+//! A [`Registry`] is one SQLite file (WAL mode) holding tools (nodes), weighted dependency edges
+//! learned from agents' plans, aliases left by merges, content-addressed blobs (components, Python
+//! source) and the candidate pool of an iteration. Beside it live two derived indexes: tantivy
+//! BM25 over tool text and the tools' MiniLM embeddings. [`Registry::search`] fuses the two over
+//! normalised scores and expands one hop along the graph.
+//!
+//! ```no_run
+//! use toolsmith_registry::{Registry, SearchRequest};
+//! # fn main() -> Result<(), toolsmith_registry::RegistryError> {
+//! let mut registry = Registry::open(Registry::default_path().as_path())?;
+//! let hits = registry.search(&SearchRequest::new(["convert 3 miles to kilometres"]))?;
+//! for hit in hits {
+//!     println!("{} {:.3}", hit.name, hit.score);
+//! }
+//! # Ok(()) }
+//! ```
+
+mod db;
+pub mod embed;
+mod index;
+mod search;
+mod store;
+mod transfer;
+
+use std::path::PathBuf;
+
+pub use db::SCHEMA_VERSION;
+pub use embed::{DIM, Embedder, ModelFiles};
+pub use search::{Explain, Mode, SearchHit, SearchRequest};
+pub use store::{
+    Admitted, Candidate, DoctorReport, Graph, GraphEdge, GraphNode, Neighbour, NewTool, PlanStep, RecordedPlan,
+    Registered, Registry, RegistryOptions, Settings, SortBy, Stats, ToolDetails, ToolRecord, ToolStats,
+};
+pub use transfer::ImportSummary;
+
+/// What can go wrong with a registry.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The file exists but is not a Toolsmith registry.
+    #[error("{path}: not a Toolsmith registry: {reason}")]
+    NotARegistry { path: PathBuf, reason: String },
+    /// SQLite found the file damaged.
+    #[error("{path}: the registry database is corrupt ({detail}); restore it from an export or a backup")]
+    Corrupt { path: PathBuf, detail: String },
+    /// The file cannot be opened (permissions, a directory, a read-only medium).
+    #[error("{path}: cannot open the registry: {detail}")]
+    Open { path: PathBuf, detail: String },
+    /// Written by a newer Toolsmith.
+    #[error(
+        "{path}: registry schema version {found} is newer than this build supports ({supported}); upgrade toolsmith"
+    )]
+    TooNew { path: PathBuf, found: i64, supported: i64 },
+    /// Any other database failure.
+    #[error("registry database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The search index failed.
+    #[error("search index {path}: {source}")]
+    Index {
+        path: PathBuf,
+        #[source]
+        source: tantivy::TantivyError,
+    },
+    /// The embedding model failed or is missing.
+    #[error("embedding model: {0}")]
+    Embedding(String),
+    /// No tool (or alias) has this name.
+    #[error("no tool named `{0}` in the registry")]
+    NotFound(String),
+    /// A request that cannot be carried out as asked.
+    #[error("{0}")]
+    Invalid(String),
+    /// A line of an import that cannot be read; nothing of the import was kept.
+    #[error("import line {line}: {message}; nothing was imported")]
+    Import { line: usize, message: String },
+    /// Filesystem failure.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,1005 @@
+//! The registry proper: tools, blobs, edges, aliases, candidates and their statistics.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+use toolsmith_contract::{Manifest, ToolKind};
+
+use crate::embed::{self, Embedder, cosine, to_bytes};
+use crate::index::{Bm25, Dense};
+use crate::{RegistryError, db};
+
+/// Tunable behaviour of retrieval and merging.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Weight of the normalised BM25 score in the fusion; `1 - alpha` goes to the dense score.
+    /// 0.3 measured best on the labelled set (0.2-0.4 all beat either retriever alone).
+    pub alpha: f32,
+    /// How many hits each retriever contributes to the candidate set that scores are normalised
+    /// over.
+    pub candidates: usize,
+    /// A neighbour reached by graph expansion scores `graph_weight * parent score * relative edge
+    /// weight`.
+    pub graph_weight: f32,
+    /// At most this many neighbours per retrieved tool.
+    pub neighbours: usize,
+    /// Weight of the usage/reward prior in the final score (0 disables it).
+    pub prior_weight: f32,
+    /// A tool registered within this cosine of an existing one merges into it (SEARL's delta).
+    /// Chosen from the bundled tools and the labelled set: see ARCHITECTURE.md.
+    pub merge_threshold: f32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            alpha: 0.3,
+            candidates: 50,
+            graph_weight: 0.5,
+            neighbours: 3,
+            prior_weight: 0.0,
+            merge_threshold: 0.92,
+        }
+    }
+}
+
+/// How to open a registry.
+#[derive(Debug, Clone, Default)]
+pub struct RegistryOptions {
+    pub settings: Settings,
+    /// A loaded embedder to share; otherwise one is loaded on first use.
+    pub embedder: Option<Arc<Embedder>>,
+}
+
+/// A tool to register: its manifest and, for plugins and Python tools, the component bytes or
+/// source it runs from.
+#[derive(Debug, Clone)]
+pub struct NewTool {
+    pub manifest: Manifest,
+    pub blob: Option<Vec<u8>>,
+}
+
+impl NewTool {
+    pub fn new(manifest: Manifest) -> NewTool {
+        NewTool { manifest, blob: None }
+    }
+
+    pub fn with_blob(mut self, blob: Vec<u8>) -> NewTool {
+        self.blob = Some(blob);
+        self
+    }
+}
+
+/// What registering a tool did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Registered {
+    /// A new node.
+    Added { name: String },
+    /// An existing tool of this name got a new manifest; its statistics and edges are kept.
+    Updated { name: String },
+    /// Already present exactly as given.
+    Unchanged { name: String },
+    /// A near-duplicate of `into`: recorded as an alias of it.
+    Merged { name: String, into: String, similarity: f32 },
+}
+
+impl Registered {
+    /// The name the tool is known by now.
+    pub fn canonical(&self) -> &str {
+        match self {
+            Registered::Added { name } | Registered::Updated { name } | Registered::Unchanged { name } => name,
+            Registered::Merged { into, .. } => into,
+        }
+    }
+}
+
+/// Usage and reward statistics of a tool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolStats {
+    pub usage_count: i64,
+    pub success_count: i64,
+    pub failure_count: i64,
+    pub reward_sum: f64,
+    pub reward_count: i64,
+}
+
+impl ToolStats {
+    pub fn mean_reward(&self) -> Option<f64> {
+        (self.reward_count > 0).then(|| self.reward_sum / self.reward_count as f64)
+    }
+}
+
+/// A stored tool.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolRecord {
+    pub id: i64,
+    pub name: String,
+    pub version: String,
+    pub kind: ToolKind,
+    pub description: String,
+    pub manifest: Manifest,
+    pub blob_hash: Option<String>,
+    pub stats: ToolStats,
+    pub mean_reward: Option<f64>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub has_embedding: bool,
+}
+
+/// An edge seen from one end.
+#[derive(Debug, Clone, Serialize)]
+pub struct Neighbour {
+    pub name: String,
+    pub count: i64,
+    pub weight: f64,
+}
+
+/// A tool with its surroundings, for `toolsmith tools show`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolDetails {
+    pub tool: ToolRecord,
+    /// Names merged into this tool.
+    pub aliases: Vec<String>,
+    /// Tools this one feeds (edges out).
+    pub dependents: Vec<Neighbour>,
+    /// Tools that feed this one (edges in).
+    pub dependencies: Vec<Neighbour>,
+}
+
+/// One step of a plan: a call of `tool` that needs the results of the steps in `depends_on`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanStep {
+    pub id: String,
+    pub tool: String,
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+}
+
+/// What [`Registry::record_plan`] did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RecordedPlan {
+    /// Tool-level edges strengthened, as (from, to) canonical names.
+    pub edges: Vec<(String, String)>,
+    /// Tools the plan used that the registry does not know.
+    pub unknown: Vec<String>,
+}
+
+/// A tool created during an iteration, waiting for [`Registry::register_best`].
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub run: String,
+    pub iteration: i64,
+    pub task: String,
+    pub trajectory: String,
+    pub reward: f64,
+    pub tool: NewTool,
+}
+
+/// A candidate admitted by [`Registry::register_best`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Admitted {
+    pub task: String,
+    pub trajectory: String,
+    pub reward: f64,
+    pub outcome: Registered,
+}
+
+/// Orders for [`Registry::list`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SortBy {
+    #[default]
+    Name,
+    Usage,
+    Reward,
+    Recency,
+}
+
+/// A node of an exported graph.
+#[derive(Debug, Clone, Serialize)]
+pub struct GraphNode {
+    pub name: String,
+    pub kind: ToolKind,
+    pub usage_count: i64,
+}
+
+/// An edge of an exported graph.
+#[derive(Debug, Clone, Serialize)]
+pub struct GraphEdge {
+    pub src: String,
+    pub dst: String,
+    pub count: i64,
+    pub weight: f64,
+}
+
+/// A subgraph, for `toolsmith tools graph`.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Graph {
+    pub nodes: Vec<GraphNode>,
+    pub edges: Vec<GraphEdge>,
+}
+
+/// Counts for `toolsmith tools stats`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    pub path: PathBuf,
+    pub schema_version: i64,
+    pub tools: i64,
+    pub tools_by_kind: BTreeMap<String, i64>,
+    pub edges: i64,
+    pub aliases: i64,
+    pub blobs: i64,
+    pub blob_bytes: i64,
+    pub candidates_pending: i64,
+    pub total_calls: i64,
+    pub database_bytes: u64,
+}
+
+/// What `toolsmith tools doctor` found; `problems` empty means healthy.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct DoctorReport {
+    pub checks: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+/// The tool graph. Not `Sync`: open one per thread (WAL lets them all read while one writes).
+pub struct Registry {
+    pub(crate) conn: Connection,
+    path: PathBuf,
+    pub(crate) settings: Settings,
+    embedder: Option<Arc<Embedder>>,
+    pub(crate) bm25: Option<Bm25>,
+    pub(crate) dense: Dense,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+const TOOL_COLUMNS: &str = "id, name, version, kind, description, manifest, blob_hash, usage_count, success_count, \
+     failure_count, reward_sum, reward_count, created_at, last_used_at, embedding IS NOT NULL";
+
+fn tool_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ToolRecord> {
+    let manifest_text: String = row.get(5)?;
+    let manifest: Manifest = serde_json::from_str(&manifest_text)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e)))?;
+    let kind_text: String = row.get(3)?;
+    let kind = serde_json::from_value(serde_json::Value::String(kind_text)).unwrap_or(manifest.kind);
+    let stats = ToolStats {
+        usage_count: row.get(7)?,
+        success_count: row.get(8)?,
+        failure_count: row.get(9)?,
+        reward_sum: row.get(10)?,
+        reward_count: row.get(11)?,
+    };
+    Ok(ToolRecord {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        version: row.get(2)?,
+        kind,
+        description: row.get(4)?,
+        mean_reward: stats.mean_reward(),
+        manifest,
+        blob_hash: row.get(6)?,
+        stats,
+        created_at: row.get(12)?,
+        last_used_at: row.get(13)?,
+        has_embedding: row.get(14)?,
+    })
+}
+
+pub(crate) fn blob_hash(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+pub(crate) fn put_blob(tx: &Connection, bytes: &[u8]) -> rusqlite::Result<String> {
+    let hash = blob_hash(bytes);
+    tx.execute("INSERT OR IGNORE INTO blobs (hash, bytes) VALUES (?1, ?2)", params![hash, bytes])?;
+    Ok(hash)
+}
+
+fn manifest_json(m: &Manifest) -> String {
+    serde_json::to_string(m).unwrap_or_default()
+}
+
+impl Registry {
+    /// The per-user default: `$TOOLSMITH_REGISTRY`, else `registry.db` in the XDG data directory.
+    pub fn default_path() -> PathBuf {
+        if let Some(p) = std::env::var_os("TOOLSMITH_REGISTRY") {
+            return PathBuf::from(p);
+        }
+        dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("toolsmith").join("registry.db")
+    }
+
+    /// Opens (creating and migrating as needed) the registry at `path` with default settings.
+    pub fn open(path: &Path) -> Result<Registry, RegistryError> {
+        Registry::open_with(path, RegistryOptions::default())
+    }
+
+    /// Opens the registry at `path`.
+    pub fn open_with(path: &Path, options: RegistryOptions) -> Result<Registry, RegistryError> {
+        let conn = db::open(path)?;
+        Ok(Registry {
+            conn,
+            path: path.to_path_buf(),
+            settings: options.settings,
+            embedder: options.embedder,
+            bm25: None,
+            dense: Dense::default(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The BM25 index directory: `registry.db` -> `registry.db.index/`.
+    pub fn index_dir(&self) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".index");
+        PathBuf::from(name)
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn settings_mut(&mut self) -> &mut Settings {
+        &mut self.settings
+    }
+
+    /// The embedder, loading it on first use.
+    pub fn embedder(&mut self) -> Result<Arc<Embedder>, RegistryError> {
+        if let Some(e) = &self.embedder {
+            return Ok(e.clone());
+        }
+        let e = Arc::new(Embedder::load_default()?);
+        self.embedder = Some(e.clone());
+        Ok(e)
+    }
+
+    /// Number of tools.
+    pub fn len(&self) -> Result<usize, RegistryError> {
+        Ok(self.conn.query_row("SELECT count(*) FROM tools", [], |r| r.get::<_, i64>(0))? as usize)
+    }
+
+    pub fn is_empty(&self) -> Result<bool, RegistryError> {
+        Ok(self.len()? == 0)
+    }
+
+    /// A value of the registry's key-value metadata.
+    pub fn meta(&self, key: &str) -> Result<Option<String>, RegistryError> {
+        Ok(self.conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+    }
+
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<(), RegistryError> {
+        self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)", params![key, value])?;
+        Ok(())
+    }
+
+    /// The canonical name for `name` (itself, or what it was merged into), if known.
+    pub fn resolve(&self, name: &str) -> Result<Option<String>, RegistryError> {
+        resolve(&self.conn, name).map(|r| r.map(|(_, n)| n))
+    }
+
+    /// Brings the in-memory embeddings and the BM25 index up to date with the database.
+    pub(crate) fn sync(&mut self) -> Result<(), RegistryError> {
+        self.dense.sync(&self.conn)?;
+        if self.bm25.is_none() {
+            self.bm25 = Some(Bm25::open(&self.index_dir())?);
+        }
+        if let Some(b) = &mut self.bm25 {
+            b.sync(&self.conn, false)?;
+        }
+        Ok(())
+    }
+
+    /// Registers one tool, merging it into a near-duplicate when `merge` is set.
+    pub fn register(&mut self, tool: NewTool, merge: bool) -> Result<Registered, RegistryError> {
+        Ok(self.register_many(vec![tool], merge)?.remove(0))
+    }
+
+    /// Registers tools in one transaction with one batched embedding call.
+    pub fn register_many(&mut self, tools: Vec<NewTool>, merge: bool) -> Result<Vec<Registered>, RegistryError> {
+        for t in &tools {
+            t.manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", t.manifest.name)))?;
+        }
+        let embedder = self.embedder()?;
+        let texts: Vec<String> =
+            tools.iter().map(|t| embed::tool_text(t.manifest.name.as_str(), &t.manifest.description)).collect();
+        let vectors = embedder.embed(&texts)?;
+        self.dense.sync(&self.conn)?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut out = Vec::with_capacity(tools.len());
+        // Tools added earlier in this batch take part in merging later ones.
+        let mut added: Vec<(i64, Vec<f32>)> = Vec::new();
+        for (tool, vector) in tools.into_iter().zip(vectors) {
+            let outcome =
+                register_one(&tx, &self.dense, &added, tool, &vector, merge.then_some(self.settings.merge_threshold))?;
+            if let Registered::Added { name } | Registered::Updated { name } = &outcome {
+                let id: i64 = tx.query_row("SELECT id FROM tools WHERE name = ?1", [name], |r| r.get(0))?;
+                added.push((id, vector));
+            }
+            out.push(outcome);
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Merges `other` into `canonical`: every edge of `other` is redirected to `canonical` (counts
+    /// and weights add up where both had the edge; edges between the two would be self-loops and
+    /// are dropped), statistics add up, aliases follow, and `other` becomes an alias.
+    pub fn merge(&mut self, canonical: &str, other: &str) -> Result<(), RegistryError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (keep, keep_name) =
+            resolve(&tx, canonical)?.ok_or_else(|| RegistryError::NotFound(canonical.to_string()))?;
+        let (gone, gone_name) = resolve(&tx, other)?.ok_or_else(|| RegistryError::NotFound(other.to_string()))?;
+        if keep == gone {
+            return Err(RegistryError::Invalid(format!("`{other}` is already `{keep_name}`")));
+        }
+        merge_into(&tx, keep, gone, &gone_name)?;
+        tx.commit()?;
+        tracing::info!(canonical = %keep_name, merged = %gone_name, "merged tools");
+        Ok(())
+    }
+
+    /// Removes a tool, its edges and the aliases that point to it.
+    pub fn remove(&mut self, name: &str) -> Result<(), RegistryError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (id, _) = resolve(&tx, name)?.ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
+        tx.execute("DELETE FROM tools WHERE id = ?1", [id])?;
+        collect_blobs(&tx)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Adds the tool-level projection of a plan's dependency graph: for every step and each step
+    /// it depends on, the edge (dependency's tool -> step's tool) gains `weight` once per plan.
+    pub fn record_plan(&mut self, steps: &[PlanStep], weight: f64) -> Result<RecordedPlan, RegistryError> {
+        if !weight.is_finite() || weight < 0.0 {
+            return Err(RegistryError::Invalid(format!("plan weight must be finite and >= 0, got {weight}")));
+        }
+        let by_id: HashMap<&str, &PlanStep> = steps.iter().map(|s| (s.id.as_str(), s)).collect();
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut recorded = RecordedPlan::default();
+        let mut unknown = BTreeSet::new();
+        let mut pairs = BTreeSet::new();
+        let mut lookup = |tool: &str| -> Result<Option<(i64, String)>, RegistryError> {
+            let r = resolve(&tx, tool)?;
+            if r.is_none() {
+                unknown.insert(tool.to_string());
+            }
+            Ok(r)
+        };
+        for step in steps {
+            let Some(to) = lookup(&step.tool)? else { continue };
+            for dep in &step.depends_on {
+                let from_step = by_id.get(dep.as_str()).ok_or_else(|| {
+                    RegistryError::Invalid(format!("step `{}` depends on unknown step `{dep}`", step.id))
+                })?;
+                let Some(from) = lookup(&from_step.tool)? else { continue };
+                if from.0 != to.0 {
+                    pairs.insert((from, to.clone()));
+                }
+            }
+        }
+        for ((src, src_name), (dst, dst_name)) in pairs {
+            add_edge(&tx, src, dst, 1, weight)?;
+            recorded.edges.push((src_name, dst_name));
+        }
+        tx.commit()?;
+        recorded.edges.sort();
+        recorded.unknown = unknown.into_iter().collect();
+        Ok(recorded)
+    }
+
+    /// Counts a call of `name` and, if given, the reward of the trajectory it was part of.
+    pub fn record_call(&mut self, name: &str, success: bool, reward: Option<f64>) -> Result<(), RegistryError> {
+        let (id, _) = resolve(&self.conn, name)?.ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
+        let reward = reward.filter(|r| r.is_finite());
+        self.conn.execute(
+            "UPDATE tools SET usage_count = usage_count + 1, success_count = success_count + ?2, \
+             failure_count = failure_count + ?3, reward_sum = reward_sum + ?4, reward_count = reward_count + ?5, \
+             last_used_at = ?6 WHERE id = ?1",
+            params![id, success as i64, (!success) as i64, reward.unwrap_or(0.0), reward.is_some() as i64, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Puts a tool created during an iteration into the candidate pool.
+    pub fn add_candidate(&mut self, c: &Candidate) -> Result<i64, RegistryError> {
+        c.tool.manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", c.tool.manifest.name)))?;
+        if !c.reward.is_finite() {
+            return Err(RegistryError::Invalid(format!("candidate reward must be finite, got {}", c.reward)));
+        }
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let hash = c.tool.blob.as_deref().map(|b| put_blob(&tx, b)).transpose()?;
+        tx.execute(
+            "INSERT INTO candidates (run, iteration, task, trajectory, reward, manifest, blob_hash, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                c.run,
+                c.iteration,
+                c.task,
+                c.trajectory,
+                c.reward,
+                manifest_json(&c.tool.manifest),
+                hash,
+                now_ms()
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// SEARL E.1: for each task of the iteration, admits only the tools of its highest-reward
+    /// trajectory (ties go to the earliest), merging near-duplicates; the rest are rejected.
+    pub fn register_best(&mut self, run: &str, iteration: i64) -> Result<Vec<Admitted>, RegistryError> {
+        let rows: Vec<(i64, String, String, f64, String, Option<String>)> = {
+            let mut stmt = self.conn.prepare(
+                "SELECT id, task, trajectory, reward, manifest, blob_hash FROM candidates \
+                 WHERE run = ?1 AND iteration = ?2 AND status = 'pending' ORDER BY id",
+            )?;
+            stmt.query_map(params![run, iteration], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?
+        };
+        // Best trajectory per task: the first to reach the maximum reward.
+        let mut best: BTreeMap<&str, (&str, f64)> = BTreeMap::new();
+        for (_, task, trajectory, reward, _, _) in &rows {
+            match best.get(task.as_str()) {
+                Some((_, r)) if *r >= *reward => {}
+                _ => {
+                    best.insert(task, (trajectory, *reward));
+                }
+            }
+        }
+        let mut admit = Vec::new();
+        let mut admitted_ids = Vec::new();
+        for (id, task, trajectory, reward, manifest, hash) in &rows {
+            if best.get(task.as_str()).is_some_and(|(t, _)| t == trajectory) {
+                let manifest: Manifest = serde_json::from_str(manifest)
+                    .map_err(|e| RegistryError::Invalid(format!("candidate {id}: stored manifest unreadable: {e}")))?;
+                let blob = match hash {
+                    Some(h) => Some(self.conn.query_row("SELECT bytes FROM blobs WHERE hash = ?1", [h], |r| r.get(0))?),
+                    None => None,
+                };
+                admit.push((task.clone(), trajectory.clone(), *reward, NewTool { manifest, blob }));
+                admitted_ids.push(*id);
+            }
+        }
+        let outcomes = self.register_many(admit.iter().map(|a| a.3.clone()).collect(), true)?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "UPDATE candidates SET status = 'rejected' WHERE run = ?1 AND iteration = ?2 AND status = 'pending'",
+            params![run, iteration],
+        )?;
+        for id in admitted_ids {
+            tx.execute("UPDATE candidates SET status = 'admitted' WHERE id = ?1", [id])?;
+        }
+        tx.commit()?;
+        Ok(admit
+            .into_iter()
+            .zip(outcomes)
+            .map(|((task, trajectory, reward, _), outcome)| Admitted { task, trajectory, reward, outcome })
+            .collect())
+    }
+
+    /// Candidates of an iteration with their status, for inspection: (task, trajectory, reward, tool
+    /// name, status).
+    pub fn candidates(
+        &self,
+        run: &str,
+        iteration: i64,
+    ) -> Result<Vec<(String, String, f64, String, String)>, RegistryError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT task, trajectory, reward, json_extract(manifest, '$.name'), status FROM candidates \
+             WHERE run = ?1 AND iteration = ?2 ORDER BY id",
+        )?;
+        let rows = stmt
+            .query_map(params![run, iteration], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// A tool by name or alias.
+    pub fn get(&self, name: &str) -> Result<ToolRecord, RegistryError> {
+        let (id, _) = resolve(&self.conn, name)?.ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
+        self.get_by_id(id)
+    }
+
+    pub(crate) fn get_by_id(&self, id: i64) -> Result<ToolRecord, RegistryError> {
+        Ok(self.conn.query_row(&format!("SELECT {TOOL_COLUMNS} FROM tools WHERE id = ?1"), [id], tool_from_row)?)
+    }
+
+    /// The bytes a tool runs from (component or source), if any.
+    pub fn blob(&self, hash: &str) -> Result<Option<Vec<u8>>, RegistryError> {
+        Ok(self.conn.query_row("SELECT bytes FROM blobs WHERE hash = ?1", [hash], |r| r.get(0)).optional()?)
+    }
+
+    /// Every tool, sorted.
+    pub fn list(&self, sort: SortBy) -> Result<Vec<ToolRecord>, RegistryError> {
+        let order = match sort {
+            SortBy::Name => "name",
+            SortBy::Usage => "usage_count DESC, name",
+            SortBy::Reward => "CASE WHEN reward_count > 0 THEN reward_sum / reward_count END DESC NULLS LAST, name",
+            SortBy::Recency => "coalesce(last_used_at, created_at) DESC, name",
+        };
+        let mut stmt = self.conn.prepare(&format!("SELECT {TOOL_COLUMNS} FROM tools ORDER BY {order}"))?;
+        let rows = stmt.query_map([], tool_from_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// A tool with its aliases and neighbours.
+    pub fn show(&self, name: &str) -> Result<ToolDetails, RegistryError> {
+        let tool = self.get(name)?;
+        let mut stmt = self.conn.prepare("SELECT alias FROM aliases WHERE canonical = ?1 ORDER BY alias")?;
+        let aliases = stmt.query_map([tool.id], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let neighbours = |sql: &str| -> Result<Vec<Neighbour>, RegistryError> {
+            let mut stmt = self.conn.prepare(sql)?;
+            let rows = stmt
+                .query_map([tool.id], |r| Ok(Neighbour { name: r.get(0)?, count: r.get(1)?, weight: r.get(2)? }))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
+        };
+        let dependents = neighbours(
+            "SELECT t.name, e.count, e.weight FROM edges e JOIN tools t ON t.id = e.dst WHERE e.src = ?1 \
+             ORDER BY e.weight DESC, t.name",
+        )?;
+        let dependencies = neighbours(
+            "SELECT t.name, e.count, e.weight FROM edges e JOIN tools t ON t.id = e.src WHERE e.dst = ?1 \
+             ORDER BY e.weight DESC, t.name",
+        )?;
+        Ok(ToolDetails { tool, aliases, dependents, dependencies })
+    }
+
+    /// The whole graph, or the tools within `depth` hops (either direction) of `around`.
+    pub fn graph(&self, around: Option<&str>, depth: usize) -> Result<Graph, RegistryError> {
+        let mut all_edges: Vec<(i64, i64, i64, f64)> = {
+            let mut stmt = self.conn.prepare("SELECT src, dst, count, weight FROM edges ORDER BY src, dst")?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        let nodes: BTreeMap<i64, GraphNode> = {
+            let mut stmt = self.conn.prepare("SELECT id, name, kind, usage_count FROM tools")?;
+            stmt.query_map([], |r| {
+                let kind: String = r.get(2)?;
+                Ok((
+                    r.get(0)?,
+                    GraphNode {
+                        name: r.get(1)?,
+                        kind: serde_json::from_value(serde_json::Value::String(kind)).unwrap_or_default(),
+                        usage_count: r.get(3)?,
+                    },
+                ))
+            })?
+            .collect::<rusqlite::Result<_>>()?
+        };
+        let keep: BTreeSet<i64> = match around {
+            None => nodes.keys().copied().collect(),
+            Some(name) => {
+                let (start, _) = resolve(&self.conn, name)?.ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
+                let mut seen = BTreeSet::from([start]);
+                let mut frontier = vec![start];
+                for _ in 0..depth {
+                    let mut next = Vec::new();
+                    for &(s, d, _, _) in &all_edges {
+                        for (a, b) in [(s, d), (d, s)] {
+                            if frontier.contains(&a) && seen.insert(b) {
+                                next.push(b);
+                            }
+                        }
+                    }
+                    frontier = next;
+                }
+                seen
+            }
+        };
+        all_edges.retain(|(s, d, _, _)| keep.contains(s) && keep.contains(d));
+        let name = |id: i64| nodes.get(&id).map(|n| n.name.clone()).unwrap_or_default();
+        let mut graph = Graph {
+            nodes: keep.iter().filter_map(|id| nodes.get(id).cloned()).collect(),
+            edges: all_edges
+                .into_iter()
+                .map(|(s, d, count, weight)| GraphEdge { src: name(s), dst: name(d), count, weight })
+                .collect(),
+        };
+        graph.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        graph.edges.sort_by(|a, b| (&a.src, &a.dst).cmp(&(&b.src, &b.dst)));
+        Ok(graph)
+    }
+
+    /// Counts.
+    pub fn stats(&self) -> Result<Stats, RegistryError> {
+        let count = |sql: &str| -> Result<i64, RegistryError> { Ok(self.conn.query_row(sql, [], |r| r.get(0))?) };
+        let mut stmt = self.conn.prepare("SELECT kind, count(*) FROM tools GROUP BY kind ORDER BY kind")?;
+        let tools_by_kind = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
+        let database_bytes = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        Ok(Stats {
+            path: self.path.clone(),
+            schema_version: db::user_version(&self.conn)?,
+            tools: count("SELECT count(*) FROM tools")?,
+            tools_by_kind,
+            edges: count("SELECT count(*) FROM edges")?,
+            aliases: count("SELECT count(*) FROM aliases")?,
+            blobs: count("SELECT count(*) FROM blobs")?,
+            blob_bytes: count("SELECT coalesce(sum(length(bytes)), 0) FROM blobs")?,
+            candidates_pending: count("SELECT count(*) FROM candidates WHERE status = 'pending'")?,
+            total_calls: count("SELECT coalesce(sum(usage_count), 0) FROM tools")?,
+            database_bytes,
+        })
+    }
+
+    /// Embeds tools that lack an embedding (e.g. from an old registry or an import without
+    /// vectors), then rebuilds the BM25 index from the database. Returns how many were embedded.
+    pub fn reindex(&mut self) -> Result<usize, RegistryError> {
+        let missing: Vec<(i64, String, String)> = {
+            let mut stmt = self.conn.prepare(
+                "SELECT id, name, description FROM tools WHERE embedding IS NULL OR length(embedding) != ?1",
+            )?;
+            stmt.query_map([embed::DIM * 4], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        if !missing.is_empty() {
+            let embedder = self.embedder()?;
+            let texts: Vec<String> = missing.iter().map(|(_, n, d)| embed::tool_text(n, d)).collect();
+            let vectors = embedder.embed(&texts)?;
+            let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            for ((id, _, _), v) in missing.iter().zip(vectors) {
+                tx.execute("UPDATE tools SET embedding = ?2 WHERE id = ?1", params![id, to_bytes(&v)])?;
+            }
+            tx.commit()?;
+        }
+        self.dense = Dense::default();
+        self.dense.sync(&self.conn)?;
+        let dir = self.index_dir();
+        let mut bm25 = match self.bm25.take() {
+            Some(b) => b,
+            None => Bm25::open(&dir)?,
+        };
+        bm25.sync(&self.conn, true)?;
+        self.bm25 = Some(bm25);
+        Ok(missing.len())
+    }
+
+    /// Checks the database (`PRAGMA integrity_check`, foreign keys, stored manifests and vectors)
+    /// and that the search index holds exactly the registry's tools.
+    pub fn doctor(&mut self) -> Result<DoctorReport, RegistryError> {
+        let mut report = DoctorReport::default();
+        let integrity: Vec<String> = {
+            let mut stmt = self.conn.prepare("PRAGMA integrity_check")?;
+            stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?
+        };
+        if integrity != ["ok"] {
+            report.problems.extend(integrity.into_iter().map(|l| format!("integrity_check: {l}")));
+        }
+        report.checks.push("SQLite integrity_check".into());
+        let fk: i64 = self.conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| r.get(0))?;
+        if fk > 0 {
+            report.problems.push(format!("{fk} rows break foreign keys"));
+        }
+        report.checks.push("foreign keys".into());
+        let mut stmt = self.conn.prepare("SELECT name, manifest, embedding FROM tools")?;
+        let mut rows = stmt.query([])?;
+        let mut names = 0;
+        while let Some(row) = rows.next()? {
+            names += 1;
+            let name: String = row.get(0)?;
+            let manifest: String = row.get(1)?;
+            if let Err(e) = Manifest::from_json(&manifest) {
+                report.problems.push(format!("`{name}`: stored manifest is invalid: {e}"));
+            }
+            let embedding: Option<Vec<u8>> = row.get(2)?;
+            if embedding.as_ref().is_none_or(|e| e.len() != embed::DIM * 4) {
+                report
+                    .problems
+                    .push(format!("`{name}`: no {}-d embedding (run `toolsmith tools reindex`)", embed::DIM));
+            }
+        }
+        drop(rows);
+        drop(stmt);
+        report.checks.push(format!("{names} manifests and embeddings"));
+        let missing_blobs: i64 = self.conn.query_row(
+            "SELECT count(*) FROM tools WHERE blob_hash IS NOT NULL AND blob_hash NOT IN (SELECT hash FROM blobs)",
+            [],
+            |r| r.get(0),
+        )?;
+        if missing_blobs > 0 {
+            report.problems.push(format!("{missing_blobs} tools point to missing blobs"));
+        }
+        let mut stmt = self.conn.prepare("SELECT hash, bytes FROM blobs")?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let hash: String = row.get(0)?;
+            let bytes: Vec<u8> = row.get(1)?;
+            if blob_hash(&bytes) != hash {
+                report.problems.push(format!("blob {hash} does not match its content"));
+            }
+        }
+        drop(rows);
+        drop(stmt);
+        report.checks.push("blob hashes".into());
+        self.sync()?;
+        if let Some(bm25) = &self.bm25 {
+            let mut indexed = bm25.ids()?;
+            indexed.sort_unstable();
+            let mut stmt = self.conn.prepare("SELECT id FROM tools ORDER BY id")?;
+            let ids: Vec<i64> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+            if indexed != ids {
+                report.problems.push(format!(
+                    "search index holds {} documents for {} tools (run `toolsmith tools reindex`)",
+                    bm25.num_docs(),
+                    ids.len()
+                ));
+            }
+            report.checks.push("search index matches the tools".into());
+        }
+        Ok(report)
+    }
+}
+
+/// (id, canonical name) of a tool or alias.
+pub(crate) fn resolve(conn: &Connection, name: &str) -> Result<Option<(i64, String)>, RegistryError> {
+    let direct = conn.query_row("SELECT id, name FROM tools WHERE name = ?1", [name], |r| Ok((r.get(0)?, r.get(1)?)));
+    if let Some(hit) = direct.optional()? {
+        return Ok(Some(hit));
+    }
+    Ok(conn
+        .query_row(
+            "SELECT t.id, t.name FROM aliases a JOIN tools t ON t.id = a.canonical WHERE a.alias = ?1",
+            [name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?)
+}
+
+pub(crate) fn add_edge(tx: &Connection, src: i64, dst: i64, count: i64, weight: f64) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO edges (src, dst, count, weight) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (src, dst) DO UPDATE SET count = count + excluded.count, weight = weight + excluded.weight",
+        params![src, dst, count, weight],
+    )?;
+    Ok(())
+}
+
+fn merge_into(tx: &Transaction<'_>, keep: i64, gone: i64, gone_name: &str) -> Result<(), RegistryError> {
+    let edges: Vec<(i64, i64, i64, f64)> = {
+        let mut stmt = tx.prepare("SELECT src, dst, count, weight FROM edges WHERE src = ?1 OR dst = ?1")?;
+        stmt.query_map([gone], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+            .collect::<rusqlite::Result<_>>()?
+    };
+    for (src, dst, count, weight) in edges {
+        let src = if src == gone { keep } else { src };
+        let dst = if dst == gone { keep } else { dst };
+        if src != dst {
+            add_edge(tx, src, dst, count, weight)?;
+        }
+    }
+    tx.execute(
+        "UPDATE tools SET usage_count = tools.usage_count + g.usage_count, success_count = tools.success_count + g.success_count, \
+         failure_count = tools.failure_count + g.failure_count, reward_sum = tools.reward_sum + g.reward_sum, \
+         reward_count = tools.reward_count + g.reward_count, \
+         last_used_at = max(coalesce(tools.last_used_at, 0), coalesce(g.last_used_at, 0)) \
+         FROM (SELECT * FROM tools WHERE id = ?2) AS g WHERE tools.id = ?1",
+        params![keep, gone],
+    )?;
+    tx.execute("UPDATE aliases SET canonical = ?1 WHERE canonical = ?2", params![keep, gone])?;
+    // Record the merge in the surviving tool's provenance.
+    let manifest: String = tx.query_row("SELECT manifest FROM tools WHERE id = ?1", [keep], |r| r.get(0))?;
+    if let Ok(mut m) = serde_json::from_str::<Manifest>(&manifest)
+        && let Ok(parent) = toolsmith_contract::ToolName::new(gone_name)
+        && !m.provenance.parents.contains(&parent)
+    {
+        m.provenance.parents.push(parent);
+        tx.execute(
+            "UPDATE tools SET manifest = ?2, parents = ?3 WHERE id = ?1",
+            params![keep, manifest_json(&m), serde_json::to_string(&m.provenance.parents).unwrap_or_default()],
+        )?;
+    }
+    tx.execute("DELETE FROM tools WHERE id = ?1", [gone])?;
+    tx.execute("INSERT OR REPLACE INTO aliases (alias, canonical) VALUES (?1, ?2)", params![gone_name, keep])?;
+    collect_blobs(tx)?;
+    Ok(())
+}
+
+/// Deletes blobs nothing refers to any more.
+fn collect_blobs(tx: &Connection) -> rusqlite::Result<()> {
+    tx.execute(
+        "DELETE FROM blobs WHERE hash NOT IN (SELECT blob_hash FROM tools WHERE blob_hash IS NOT NULL) \
+         AND hash NOT IN (SELECT blob_hash FROM candidates WHERE blob_hash IS NOT NULL)",
+        [],
+    )?;
+    Ok(())
+}
+
+fn register_one(
+    tx: &Transaction<'_>,
+    dense: &Dense,
+    batch: &[(i64, Vec<f32>)],
+    tool: NewTool,
+    vector: &[f32],
+    merge_threshold: Option<f32>,
+) -> Result<Registered, RegistryError> {
+    let name = tool.manifest.name.as_str().to_string();
+    let json = manifest_json(&tool.manifest);
+    let hash = tool.blob.as_deref().map(|b| put_blob(tx, b)).transpose()?;
+    let existing: Option<(i64, String, Option<String>)> = tx
+        .query_row("SELECT id, manifest, blob_hash FROM tools WHERE name = ?1", [&name], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()?;
+    if let Some((id, old, old_hash)) = existing {
+        if old == json && old_hash == hash {
+            return Ok(Registered::Unchanged { name });
+        }
+        tx.execute(
+            "UPDATE tools SET version = ?2, kind = ?3, description = ?4, manifest = ?5, blob_hash = ?6, embedding = ?7, \
+             author = ?8, run = ?9, parents = ?10 WHERE id = ?1",
+            params![
+                id,
+                tool.manifest.version,
+                tool.manifest.kind.to_string(),
+                tool.manifest.description,
+                json,
+                hash,
+                to_bytes(vector),
+                tool.manifest.provenance.author,
+                tool.manifest.provenance.created_by_run,
+                serde_json::to_string(&tool.manifest.provenance.parents).unwrap_or_default(),
+            ],
+        )?;
+        collect_blobs(tx)?;
+        return Ok(Registered::Updated { name });
+    }
+    if let Some((canonical, _)) = resolve(tx, &name)? {
+        let into: String = tx.query_row("SELECT name FROM tools WHERE id = ?1", [canonical], |r| r.get(0))?;
+        let similarity = dense.vector(canonical).map(|v| cosine(v, vector)).unwrap_or(1.0);
+        return Ok(Registered::Merged { name, into, similarity });
+    }
+    if let Some(threshold) = merge_threshold {
+        let nearest = dense
+            .nearest(vector, None)
+            .into_iter()
+            .chain(batch.iter().map(|(id, v)| (*id, cosine(v, vector))))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((canonical, similarity)) = nearest.filter(|(_, s)| *s >= threshold) {
+            let into: String = tx.query_row("SELECT name FROM tools WHERE id = ?1", [canonical], |r| r.get(0))?;
+            tx.execute("INSERT OR REPLACE INTO aliases (alias, canonical) VALUES (?1, ?2)", params![name, canonical])?;
+            collect_blobs(tx)?;
+            tracing::info!(tool = %name, into = %into, similarity, "merged a near-duplicate on registration");
+            return Ok(Registered::Merged { name, into, similarity });
+        }
+    }
+    tx.execute(
+        "INSERT INTO tools (name, version, kind, description, manifest, blob_hash, embedding, created_at, author, run, parents) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            name,
+            tool.manifest.version,
+            tool.manifest.kind.to_string(),
+            tool.manifest.description,
+            json,
+            hash,
+            to_bytes(vector),
+            now_ms(),
+            tool.manifest.provenance.author,
+            tool.manifest.provenance.created_by_run,
+            serde_json::to_string(&tool.manifest.provenance.parents).unwrap_or_default(),
+        ],
+    )?;
+    Ok(Registered::Added { name })
+}
