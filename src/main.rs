@@ -18,6 +18,9 @@ struct Cli {
     /// Compile components in memory every time instead of caching them on disk.
     #[arg(long, global = true)]
     no_cache: bool,
+    /// The tool registry [default: $TOOLSMITH_REGISTRY or ~/.local/share/toolsmith/registry.db].
+    #[arg(long, global = true, value_name = "PATH")]
+    registry: Option<PathBuf>,
     /// More logging (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -39,6 +42,9 @@ enum Command {
     /// Write, build and inspect plugins.
     #[command(subcommand)]
     Plugin(commands::plugin::PluginCommand),
+    /// Browse and maintain the tool graph (the registry).
+    #[command(subcommand)]
+    Tools(commands::tools::ToolsCommand),
     /// Print the JSON Schemas of the contract (tool manifest, structured error).
     Schema {
         /// Which schema.
@@ -50,13 +56,14 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let env = commands::Env { cache_dir: cli.cache_dir, no_cache: cli.no_cache };
+    let env = commands::Env { cache_dir: cli.cache_dir, no_cache: cli.no_cache, registry: cli.registry };
     let result = match cli.command {
         Command::Quickstart => commands::quickstart::run(&env),
         Command::Call(args) => commands::call::run(&env, args),
         Command::Create(args) => commands::create::run(&env, args),
         Command::Python(cmd) => commands::python::run(&env, cmd),
         Command::Plugin(cmd) => commands::plugin::run(&env, cmd),
+        Command::Tools(cmd) => commands::tools::run(&env, cmd),
         Command::Schema { which } => commands::print_schema(which),
     };
     match result {

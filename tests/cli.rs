@@ -6,11 +6,28 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn toolsmith(args: &[&str]) -> Output {
+    toolsmith_in(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-registry.db"), args)
+}
+
+/// Runs against the registry at `registry` (never the user's own).
+fn toolsmith_in(registry: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_toolsmith"))
         .args(args)
         .env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
+        .env("TOOLSMITH_REGISTRY", registry)
         .output()
         .expect("run toolsmith")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn stdout_json(out: &Output) -> Value {
@@ -204,4 +221,83 @@ fn python_run_prints_result_stdout_and_structured_errors() {
     let e = &stdout_json(&out)["error"];
     assert_eq!(e["kind"], "python_error");
     assert_eq!(e["exception"]["type"], "TypeError");
+}
+
+#[test]
+fn tools_commands_browse_and_maintain_the_graph() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reg = dir.path().join("registry.db");
+    let run = |args: &[&str]| toolsmith_in(&reg, args);
+    // A new registry starts with the bundled tools, none merged into another.
+    let list = stdout_json(&run(&["tools", "list", "--json"]));
+    let names: Vec<&str> = list.as_array().expect("array").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["calculator", "json_query", "text", "units"]);
+
+    let manifest = dir.path().join("fahrenheit.json");
+    std::fs::write(
+        &manifest,
+        serde_json::json!({
+            "name": "celsius_to_fahrenheit", "version": "1.0.0",
+            "description": "Convert a temperature in degrees Celsius to degrees Fahrenheit.",
+            "input_schema": {"type": "object", "properties": {"celsius": {"type": "number"}}},
+            "output_schema": {"type": "object"}, "kind": "simulated"
+        })
+        .to_string(),
+    )
+    .expect("write manifest");
+    assert!(ok(&run(&["tools", "add", manifest.to_str().expect("utf8")])).contains("added"));
+    let component = toolsmith_test_programs::HOSTILE;
+    assert!(ok(&run(&["tools", "add", component, "--no-merge"])).contains("added `hostile`"));
+
+    let hits = stdout_json(&run(&["tools", "search", "how hot is 30 C in F", "-k", "2", "--json"]));
+    assert_eq!(hits[0]["name"], "celsius_to_fahrenheit", "{hits}");
+    assert!(hits[0]["explain"]["cosine"].is_number());
+    let explained = ok(&run(&["tools", "search", "evaluate 2+2", "another sub-plan: regex", "--explain"]));
+    assert!(explained.contains("cosine") && explained.contains("for: "), "{explained}");
+
+    let show = ok(&run(&["tools", "show", "units"]));
+    assert!(show.contains("code: blob") && show.contains("\"name\": \"units\""), "{show}");
+
+    // Export, import into a fresh registry, export again: identical.
+    let export = dir.path().join("export.jsonl");
+    ok(&run(&["tools", "export", "--out", export.to_str().expect("utf8")]));
+    let other = dir.path().join("other.db");
+    ok(&toolsmith_in(&other, &["tools", "import", export.to_str().expect("utf8")]));
+    let again = toolsmith_in(&other, &["tools", "export"]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), std::fs::read_to_string(&export).expect("read export"));
+
+    let html = dir.path().join("graph.html");
+    let dot = ok(&run(&["tools", "graph", "--format", "dot", "--html", html.to_str().expect("utf8")]));
+    assert!(dot.starts_with("digraph tools {") && dot.contains("\"units\""), "{dot}");
+    let page = std::fs::read_to_string(&html).expect("html");
+    assert!(page.contains("<svg") && page.contains("celsius_to_fahrenheit"));
+    let mermaid = ok(&run(&["tools", "graph", "--format", "mermaid", "--around", "units", "--depth", "1"]));
+    assert!(mermaid.starts_with("graph LR"), "{mermaid}");
+
+    ok(&run(&["tools", "merge", "calculator", "hostile"]));
+    assert!(ok(&run(&["tools", "show", "hostile"])).contains("aliases: hostile"));
+    ok(&run(&["tools", "remove", "celsius_to_fahrenheit"]));
+    assert!(!run(&["tools", "show", "celsius_to_fahrenheit"]).status.success());
+    assert!(ok(&run(&["tools", "stats"])).contains("tools      4"));
+    assert!(ok(&run(&["tools", "reindex"])).contains("reindexed 4 tools"));
+    assert!(ok(&run(&["tools", "doctor"])).contains("healthy"));
+}
+
+#[test]
+fn a_corrupt_or_foreign_registry_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![0x5au8; 10_000]).expect("write");
+    let out = toolsmith_in(&garbage, &["tools", "list"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a Toolsmith registry") && !stderr.contains("panicked"), "{stderr}");
+    assert_eq!(std::fs::read(&garbage).expect("read"), vec![0x5au8; 10_000]);
+
+    let bad_import = dir.path().join("bad.jsonl");
+    std::fs::write(&bad_import, "{\"type\": \"header\", \"format\": 1}\n{oops\n").expect("write");
+    let reg = dir.path().join("ok.db");
+    let out = toolsmith_in(&reg, &["tools", "import", bad_import.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("import line 2"));
 }

@@ -5,6 +5,7 @@ pub mod create;
 pub mod plugin;
 pub mod python;
 pub mod quickstart;
+pub mod tools;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ use toolsmith_host::{Sandbox, SandboxConfig, Tool, ToolStore, Toolbox};
 pub struct Env {
     pub cache_dir: Option<PathBuf>,
     pub no_cache: bool,
+    pub registry: Option<PathBuf>,
 }
 
 impl Env {

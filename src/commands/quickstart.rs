@@ -1,5 +1,6 @@
-//! `toolsmith quickstart`: the main job on embedded defaults. Today: load the bundled plugins into
-//! the sandbox, call each on its manifest's examples, and show what failures look like.
+//! `toolsmith quickstart`: the main job on embedded defaults: load the bundled plugins into
+//! the sandbox, call each on its manifest's examples, show what failures look like, run Python tools,
+//! and register the bundled tools in the tool graph and search it.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -74,6 +75,7 @@ pub fn run(env: &Env) -> Result<ExitCode> {
     show(&toolbox, "calculater", json!({"expression": "1"}));
 
     python_section(env, &toolbox)?;
+    registry_section(env)?;
 
     if failures > 0 {
         println!("\n{failures} example(s) did not reproduce");
@@ -159,4 +161,31 @@ fn ms(d: Duration) -> String {
 
 fn us(d: Duration) -> String {
     format!("{} µs", d.as_micros())
+}
+
+/// The tool graph: the bundled tools registered, then a two-step plan retrieved.
+fn registry_section(env: &Env) -> Result<()> {
+    let started = Instant::now();
+    let mut registry = super::tools::open_registry(env)?;
+    println!(
+        "\ntool graph: {} ({} tools; SQLite + tantivy BM25 + MiniLM embeddings)",
+        registry.path().display(),
+        registry.len()?
+    );
+    let queries = ["turn 5 miles into kilometres", "pull the price field out of this JSON order"];
+    let hits = registry.search(&toolsmith_registry::SearchRequest::new(queries).k(1))?;
+    println!("  hybrid search, one hit per sub-plan, with the score breakdown ({}):", ms(started.elapsed()));
+    for h in hits {
+        let e = &h.explain;
+        println!(
+            "  {:<46} -> {:<11} {:.3} (bm25 {:.2}, cosine {:.3})",
+            format!("{:?}", e.query),
+            h.name,
+            h.score,
+            e.sparse,
+            e.cosine.unwrap_or_default()
+        );
+    }
+    println!("  browse it: toolsmith tools list | show NAME | search TEXT --explain | graph --html graph.html");
+    Ok(())
 }

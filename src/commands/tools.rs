@@ -1,0 +1,531 @@
+//! `toolsmith tools ...`: browse and maintain the tool graph.
+
+use std::fmt::Write as _;
+use std::io::{BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use toolsmith_contract::Manifest;
+use toolsmith_host::Toolbox;
+use toolsmith_registry::{Graph, Mode, NewTool, Registered, Registry, SearchRequest, SortBy};
+
+use super::{Env, print_json};
+
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// Register a tool from a component (.wasm) or a manifest (.json).
+    Add {
+        path: PathBuf,
+        /// Keep it as a separate node even when it is a near-duplicate of a registered tool.
+        #[arg(long)]
+        no_merge: bool,
+    },
+    /// List the registered tools.
+    List {
+        #[arg(long, value_enum, default_value = "name")]
+        sort: Sort,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A tool's manifest, statistics, neighbours, provenance and aliases.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hybrid retrieval: each QUERY is a sub-plan; top-k each, then one hop along the graph.
+    Search(SearchArgs),
+    /// Draw the graph, or the part of it around one tool.
+    Graph(GraphArgs),
+    /// Merge B into A: B's edges move to A, B becomes an alias of A.
+    Merge { a: String, b: String },
+    /// Remove a tool with its edges and aliases.
+    Remove { name: String },
+    /// Write the registry as JSON lines (to stdout, or --out).
+    Export {
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
+    /// Read JSON lines written by `export` (a file, or - for stdin); all or nothing.
+    Import { path: PathBuf },
+    /// Counts.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Embed tools that lack a vector and rebuild the search index from the database.
+    Reindex,
+    /// Check the database and the index.
+    Doctor,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Sort {
+    Name,
+    Usage,
+    Reward,
+    Recency,
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// One or more sub-plan texts.
+    #[arg(required = true)]
+    queries: Vec<String>,
+    /// Hits per sub-plan.
+    #[arg(short, default_value_t = 5)]
+    k: usize,
+    /// Show each hit's score breakdown.
+    #[arg(long)]
+    explain: bool,
+    #[arg(long)]
+    json: bool,
+    #[arg(long, value_enum, default_value = "hybrid")]
+    mode: SearchMode,
+    /// Weight of BM25 in the fusion (default: the registry setting).
+    #[arg(long)]
+    alpha: Option<f32>,
+    /// Skip graph expansion.
+    #[arg(long)]
+    no_expand: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SearchMode {
+    Hybrid,
+    Bm25,
+    Dense,
+}
+
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    /// Only the tools within --depth hops of this one.
+    #[arg(long)]
+    around: Option<String>,
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+    #[arg(long, value_enum, default_value = "dot")]
+    format: GraphFormat,
+    /// Write the text format here instead of stdout.
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+    /// Also render an SVG picture with Graphviz (`dot` must be installed).
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Also write a self-contained HTML page with the picture (no dependencies).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GraphFormat {
+    Dot,
+    Mermaid,
+    Json,
+}
+
+fn spinner(message: &str) -> ProgressBar {
+    let bar = ProgressBar::new_spinner()
+        .with_style(
+            ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        )
+        .with_message(message.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    bar
+}
+
+/// Opens the registry; a new one gets the bundled tools registered.
+pub fn open_registry(env: &Env) -> Result<Registry> {
+    let path = env.registry.clone().unwrap_or_else(Registry::default_path);
+    let mut registry = Registry::open(&path).with_context(|| format!("cannot open the registry {}", path.display()))?;
+    if registry.meta("seeded")?.is_none() {
+        let bar = spinner("registering the bundled tools");
+        let toolbox = Toolbox::new(env.sandbox()?);
+        let mut tools = Vec::new();
+        for bundled in toolsmith_bundled::BUNDLED {
+            let tool = super::load_bundled(&toolbox, bundled)?;
+            tools.push(NewTool::new(tool.manifest.clone()).with_blob(bundled.component.to_vec()));
+        }
+        registry.register_many(tools, true).context("cannot register the bundled tools")?;
+        registry.set_meta("seeded", "bundled")?;
+        bar.finish_and_clear();
+    }
+    Ok(registry)
+}
+
+pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
+    let mut r = open_registry(env)?;
+    match cmd {
+        ToolsCommand::Add { path, no_merge } => {
+            let tool = read_tool(env, &path)?;
+            let bar = spinner("embedding and registering");
+            let outcome = r.register(tool, !no_merge)?;
+            bar.finish_and_clear();
+            match &outcome {
+                Registered::Added { name } => println!("added `{name}`"),
+                Registered::Updated { name } => println!("updated `{name}` (statistics and edges kept)"),
+                Registered::Unchanged { name } => println!("`{name}` is already registered as given"),
+                Registered::Merged { name, into, similarity } => {
+                    println!("`{name}` merged into `{into}` (cosine {similarity:.3}); it is now an alias")
+                }
+            }
+        }
+        ToolsCommand::List { sort, json } => {
+            let sort = match sort {
+                Sort::Name => SortBy::Name,
+                Sort::Usage => SortBy::Usage,
+                Sort::Reward => SortBy::Reward,
+                Sort::Recency => SortBy::Recency,
+            };
+            let tools = r.list(sort)?;
+            if json {
+                print_json(&tools)?;
+            } else {
+                println!(
+                    "{:<28} {:<9} {:<8} {:>6} {:>8} {:>7}  description",
+                    "name", "kind", "version", "calls", "success", "reward"
+                );
+                for t in tools {
+                    let success = if t.stats.usage_count > 0 {
+                        format!("{:.0}%", 100.0 * t.stats.success_count as f64 / t.stats.usage_count as f64)
+                    } else {
+                        "-".into()
+                    };
+                    let reward = t.mean_reward.map(|m| format!("{m:.2}")).unwrap_or_else(|| "-".into());
+                    println!(
+                        "{:<28} {:<9} {:<8} {:>6} {:>8} {:>7}  {}",
+                        t.name,
+                        t.kind.to_string(),
+                        t.version,
+                        t.stats.usage_count,
+                        success,
+                        reward,
+                        clip(&t.description, 60)
+                    );
+                }
+            }
+        }
+        ToolsCommand::Show { name, json } => {
+            let d = r.show(&name)?;
+            if json {
+                print_json(&d)?;
+            } else {
+                let t = &d.tool;
+                println!("{} {} ({})", t.name, t.version, t.kind);
+                println!("  {}", t.description);
+                println!(
+                    "  calls {}  ok {}  failed {}  mean reward {}",
+                    t.stats.usage_count,
+                    t.stats.success_count,
+                    t.stats.failure_count,
+                    t.mean_reward.map(|m| format!("{m:.3}")).unwrap_or_else(|| "-".into())
+                );
+                let p = &t.manifest.provenance;
+                println!(
+                    "  provenance: author {}, run {}, parents [{}]",
+                    p.author.as_deref().unwrap_or("-"),
+                    p.created_by_run.as_deref().unwrap_or("-"),
+                    p.parents.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+                );
+                if let Some(h) = &t.blob_hash {
+                    println!("  code: blob {h}");
+                }
+                if !d.aliases.is_empty() {
+                    println!("  aliases: {}", d.aliases.join(", "));
+                }
+                for (label, list) in [("feeds", &d.dependents), ("fed by", &d.dependencies)] {
+                    for n in list {
+                        println!("  {label} {} (count {}, weight {:.2})", n.name, n.count, n.weight);
+                    }
+                }
+                println!("  manifest:\n{}", indent(&t.manifest.to_json_pretty(), 4));
+            }
+        }
+        ToolsCommand::Search(args) => search(&mut r, args)?,
+        ToolsCommand::Graph(args) => graph(&r, args)?,
+        ToolsCommand::Merge { a, b } => {
+            r.merge(&a, &b)?;
+            println!("merged `{b}` into `{a}`");
+        }
+        ToolsCommand::Remove { name } => {
+            r.remove(&name)?;
+            println!("removed `{name}`");
+        }
+        ToolsCommand::Export { out } => match out {
+            Some(path) => {
+                // Write beside the target and rename: a failed export never leaves half a file.
+                let tmp = path.with_extension("partial");
+                let mut file = std::io::BufWriter::new(
+                    std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?,
+                );
+                r.export(&mut file)?;
+                file.flush()?;
+                drop(file);
+                std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+                eprintln!("exported to {}", path.display());
+            }
+            None => {
+                let stdout = std::io::stdout();
+                let mut lock = stdout.lock();
+                r.export(&mut lock)?;
+            }
+        },
+        ToolsCommand::Import { path } => {
+            let summary = if path.as_os_str() == "-" {
+                r.import(&mut std::io::stdin().lock())?
+            } else {
+                let file = std::fs::File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+                r.import(&mut BufReader::new(file))?
+            };
+            println!(
+                "imported {} tools, {} edges, {} aliases, {} blobs, {} candidates",
+                summary.tools, summary.edges, summary.aliases, summary.blobs, summary.candidates
+            );
+        }
+        ToolsCommand::Stats { json } => {
+            let s = r.stats()?;
+            if json {
+                print_json(&s)?;
+            } else {
+                println!("registry   {} (schema v{})", s.path.display(), s.schema_version);
+                let kinds: Vec<String> = s.tools_by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
+                println!("tools      {} ({})", s.tools, kinds.join(", "));
+                println!("edges      {}", s.edges);
+                println!("aliases    {}", s.aliases);
+                println!("blobs      {} ({} KiB)", s.blobs, s.blob_bytes / 1024);
+                println!("candidates {} pending", s.candidates_pending);
+                println!("calls      {}", s.total_calls);
+                println!("file       {} KiB", s.database_bytes / 1024);
+            }
+        }
+        ToolsCommand::Reindex => {
+            let bar = spinner("rebuilding the search index");
+            let embedded = r.reindex()?;
+            bar.finish_and_clear();
+            println!("reindexed {} tools ({embedded} newly embedded)", r.len()?);
+        }
+        ToolsCommand::Doctor => {
+            let report = r.doctor()?;
+            for c in &report.checks {
+                println!("checked: {c}");
+            }
+            if report.problems.is_empty() {
+                println!("healthy");
+            } else {
+                for p in &report.problems {
+                    println!("problem: {p}");
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_tool(env: &Env, path: &Path) -> Result<NewTool> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.starts_with(b"\0asm") {
+        let toolbox = Toolbox::new(env.sandbox()?);
+        let tool = toolbox
+            .add_component(&bytes)
+            .with_context(|| format!("{} is not a usable tool component", path.display()))?;
+        return Ok(NewTool::new(tool.manifest.clone()).with_blob(bytes));
+    }
+    let text =
+        String::from_utf8(bytes).with_context(|| format!("{} is neither a component nor JSON", path.display()))?;
+    let manifest =
+        Manifest::from_json(&text).with_context(|| format!("{} is not a valid tool manifest", path.display()))?;
+    Ok(NewTool::new(manifest))
+}
+
+fn search(r: &mut Registry, args: SearchArgs) -> Result<()> {
+    let mode = match args.mode {
+        SearchMode::Hybrid => Mode::Hybrid,
+        SearchMode::Bm25 => Mode::Bm25,
+        SearchMode::Dense => Mode::Dense,
+    };
+    let request = SearchRequest {
+        alpha: args.alpha,
+        ..SearchRequest::new(args.queries).k(args.k).mode(mode).expand(!args.no_expand)
+    };
+    let hits = r.search(&request)?;
+    if args.json {
+        return print_json(&hits);
+    }
+    if hits.is_empty() {
+        println!("no tools found");
+    }
+    for (i, h) in hits.iter().enumerate() {
+        println!("{:>2}. {:<28} {:.3}  {}", i + 1, h.name, h.score, clip(&h.description, 70));
+        if args.explain {
+            let e = &h.explain;
+            match &e.via {
+                Some((from, w)) => println!("      graph neighbour of {from} (relative edge weight {w:.2})"),
+                None => println!(
+                    "      bm25 {} -> {:.3}   cosine {} -> {:.3}   fused {:.3}{}",
+                    e.bm25.map(|b| format!("{b:.2}")).unwrap_or_else(|| "-".into()),
+                    e.sparse,
+                    e.cosine.map(|c| format!("{c:.3}")).unwrap_or_else(|| "-".into()),
+                    e.dense,
+                    e.fused,
+                    e.prior.map(|p| format!("   prior {p:.3}")).unwrap_or_default()
+                ),
+            }
+            if request.queries.len() > 1 {
+                println!("      for: {}", e.query);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn graph(r: &Registry, args: GraphArgs) -> Result<()> {
+    let g = r.graph(args.around.as_deref(), args.depth)?;
+    let text = match args.format {
+        GraphFormat::Dot => to_dot(&g),
+        GraphFormat::Mermaid => to_mermaid(&g),
+        GraphFormat::Json => serde_json::to_string_pretty(&g)? + "\n",
+    };
+    match &args.out {
+        Some(path) => std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    if let Some(svg) = &args.svg {
+        render_svg(&to_dot(&g), svg)?;
+        eprintln!("picture: {}", svg.display());
+    }
+    if let Some(html) = &args.html {
+        std::fs::write(html, to_html(&g)).with_context(|| format!("cannot write {}", html.display()))?;
+        eprintln!("picture: {}", html.display());
+    }
+    Ok(())
+}
+
+fn to_dot(g: &Graph) -> String {
+    let mut s =
+        String::from("digraph tools {\n  rankdir=LR;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n");
+    for n in &g.nodes {
+        let _ = writeln!(s, "  \"{}\" [tooltip=\"{} tool, {} calls\"];", n.name, n.kind, n.usage_count);
+    }
+    for e in &g.edges {
+        let _ = writeln!(
+            s,
+            "  \"{}\" -> \"{}\" [label=\"{}\", penwidth={:.2}];",
+            e.src,
+            e.dst,
+            e.count,
+            1.0 + e.weight.max(0.0).ln_1p()
+        );
+    }
+    s.push_str("}\n");
+    s
+}
+
+fn to_mermaid(g: &Graph) -> String {
+    let mut s = String::from("graph LR\n");
+    for n in &g.nodes {
+        let _ = writeln!(s, "  {}[\"{}\"]", n.name, n.name);
+    }
+    for e in &g.edges {
+        let _ = writeln!(s, "  {} -->|{}| {}", e.src, e.count, e.dst);
+    }
+    s
+}
+
+fn render_svg(dot: &str, out: &Path) -> Result<()> {
+    let mut child = match std::process::Command::new("dot")
+        .args(["-Tsvg", "-o"])
+        .arg(out)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("Graphviz `dot` is not installed; use --html FILE for a picture without dependencies")
+        }
+        Err(e) => return Err(e).context("cannot run Graphviz `dot`"),
+    };
+    child.stdin.take().context("dot stdin")?.write_all(dot.as_bytes())?;
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("Graphviz `dot` failed ({status})");
+    }
+    Ok(())
+}
+
+/// A self-contained page: nodes on a circle, edges as arrows whose width grows with weight.
+fn to_html(g: &Graph) -> String {
+    let n = g.nodes.len().max(1);
+    let radius = (60.0 * n as f64 / std::f64::consts::TAU).max(160.0);
+    let size = 2.0 * radius + 260.0;
+    let c = size / 2.0;
+    let pos: std::collections::HashMap<&str, (f64, f64)> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let a = std::f64::consts::TAU * i as f64 / n as f64 - std::f64::consts::FRAC_PI_2;
+            (node.name.as_str(), (c + radius * a.cos(), c + radius * a.sin()))
+        })
+        .collect();
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {size:.0} {size:.0}\" width=\"{size:.0}\" height=\"{size:.0}\">\
+         <defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto\">\
+         <path d=\"M0,0 L10,5 L0,10 z\" fill=\"#5b6b8c\"/></marker></defs>"
+    );
+    for e in &g.edges {
+        let (Some(&(x1, y1)), Some(&(x2, y2))) = (pos.get(e.src.as_str()), pos.get(e.dst.as_str())) else { continue };
+        // Stop short of the target's label so the arrow head stays visible.
+        let (dx, dy) = (x2 - x1, y2 - y1);
+        let len = (dx * dx + dy * dy).sqrt().max(1.0);
+        let (ex, ey) = (x2 - dx / len * 14.0, y2 - dy / len * 14.0);
+        let _ = write!(
+            svg,
+            "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{ex:.1}\" y2=\"{ey:.1}\" stroke=\"#5b6b8c\" stroke-opacity=\"0.7\" \
+             stroke-width=\"{:.2}\" marker-end=\"url(#arrow)\"><title>{} -> {}: count {}, weight {:.2}</title></line>",
+            1.0 + e.weight.max(0.0).ln_1p(),
+            esc(&e.src),
+            esc(&e.dst),
+            e.count,
+            e.weight
+        );
+    }
+    for node in &g.nodes {
+        let Some(&(x, y)) = pos.get(node.name.as_str()) else { continue };
+        let _ = write!(
+            svg,
+            "<g><circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"9\" fill=\"#e8a33d\" stroke=\"#7a4f0e\"/>\
+             <text x=\"{x:.1}\" y=\"{:.1}\" font-family=\"sans-serif\" font-size=\"12\" text-anchor=\"middle\">{}</text>\
+             <title>{} ({} tool, {} calls)</title></g>",
+            y - 14.0,
+            esc(&node.name),
+            esc(&node.name),
+            node.kind,
+            node.usage_count
+        );
+    }
+    svg.push_str("</svg>");
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Toolsmith tool graph</title>\
+         <style>body{{font-family:sans-serif;margin:2em}}</style></head><body>\
+         <h1>Tool graph</h1><p>{} tools, {} edges. An arrow A &rarr; B means plans fed A's result into B; \
+         thicker arrows were seen more. Hover for counts.</p>{svg}</body></html>\n",
+        g.nodes.len(),
+        g.edges.len()
+    )
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
+}
+
+fn indent(s: &str, n: usize) -> String {
+    s.lines().map(|l| format!("{:n$}{l}\n", "")).collect()
+}
