@@ -30,8 +30,8 @@ pub use db::SCHEMA_VERSION;
 pub use embed::{DIM, Embedder, ModelFiles};
 pub use search::{Explain, Mode, SearchHit, SearchRequest};
 pub use store::{
-    Admitted, Candidate, DoctorReport, Graph, GraphEdge, GraphNode, Neighbour, NewTool, PlanStep, RecordedPlan,
-    Registered, Registry, RegistryOptions, Settings, SortBy, Stats, ToolDetails, ToolRecord, ToolStats,
+    Admitted, Candidate, CandidateStatus, DoctorReport, Graph, GraphEdge, GraphNode, Neighbour, NewTool, PlanStep,
+    RecordedPlan, Registered, Registry, RegistryOptions, Settings, SortBy, Stats, ToolDetails, ToolRecord, ToolStats,
 };
 pub use transfer::ImportSummary;
 

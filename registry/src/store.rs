@@ -191,6 +191,16 @@ pub struct Admitted {
     pub outcome: Registered,
 }
 
+/// A candidate and what became of it: `pending`, `admitted` or `rejected`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CandidateStatus {
+    pub task: String,
+    pub trajectory: String,
+    pub reward: f64,
+    pub tool: String,
+    pub status: String,
+}
+
 /// Orders for [`Registry::list`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SortBy {
@@ -420,6 +430,23 @@ impl Registry {
         let texts: Vec<String> =
             tools.iter().map(|t| embed::tool_text(t.manifest.name.as_str(), &t.manifest.description)).collect();
         let vectors = embedder.embed(&texts)?;
+        self.register_many_embedded(tools, vectors, merge)
+    }
+
+    /// [`Registry::register_many`] with the embeddings already computed (one unit vector of
+    /// [`embed::DIM`] per tool, of [`embed::tool_text`]), e.g. for bulk loads.
+    pub fn register_many_embedded(
+        &mut self,
+        tools: Vec<NewTool>,
+        vectors: Vec<Vec<f32>>,
+        merge: bool,
+    ) -> Result<Vec<Registered>, RegistryError> {
+        if vectors.len() != tools.len() || vectors.iter().any(|v| v.len() != embed::DIM) {
+            return Err(RegistryError::Invalid(format!("need one {}-d vector per tool", embed::DIM)));
+        }
+        for t in &tools {
+            t.manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", t.manifest.name)))?;
+        }
         self.dense.sync(&self.conn)?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut out = Vec::with_capacity(tools.len());
@@ -599,19 +626,22 @@ impl Registry {
             .collect())
     }
 
-    /// Candidates of an iteration with their status, for inspection: (task, trajectory, reward, tool
-    /// name, status).
-    pub fn candidates(
-        &self,
-        run: &str,
-        iteration: i64,
-    ) -> Result<Vec<(String, String, f64, String, String)>, RegistryError> {
+    /// Candidates of an iteration with their status, for inspection.
+    pub fn candidates(&self, run: &str, iteration: i64) -> Result<Vec<CandidateStatus>, RegistryError> {
         let mut stmt = self.conn.prepare(
             "SELECT task, trajectory, reward, json_extract(manifest, '$.name'), status FROM candidates \
              WHERE run = ?1 AND iteration = ?2 ORDER BY id",
         )?;
         let rows = stmt
-            .query_map(params![run, iteration], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+            .query_map(params![run, iteration], |r| {
+                Ok(CandidateStatus {
+                    task: r.get(0)?,
+                    trajectory: r.get(1)?,
+                    reward: r.get(2)?,
+                    tool: r.get(3)?,
+                    status: r.get(4)?,
+                })
+            })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }

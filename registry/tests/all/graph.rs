@@ -176,9 +176,9 @@ fn register_best_admits_only_the_best_trajectory_per_task() {
         assert_eq!(r.resolve(gone).expect("resolve"), None, "{gone} must not be admitted");
     }
     let statuses = r.candidates("run-7", 3).expect("candidates");
-    assert_eq!(statuses.iter().filter(|c| c.4 == "admitted").count(), 3);
-    assert_eq!(statuses.iter().filter(|c| c.4 == "rejected").count(), 3);
-    assert_eq!(r.candidates("run-7", 4).expect("candidates")[0].4, "pending");
+    assert_eq!(statuses.iter().filter(|c| c.status == "admitted").count(), 3);
+    assert_eq!(statuses.iter().filter(|c| c.status == "rejected").count(), 3);
+    assert_eq!(r.candidates("run-7", 4).expect("candidates")[0].status, "pending");
     let t = r.get("solve_quadratic").expect("admitted");
     let source = r.blob(t.blob_hash.as_deref().expect("has code")).expect("blob").expect("present");
     assert_eq!(source, b"def solve_quadratic(): pass");

@@ -115,12 +115,11 @@ fn hybrid_beats_bm25_and_dense_on_the_labelled_set() {
 fn usage_prior_measured_on_held_out_queries() {
     let (_d, mut r) = loaded();
     let all = queries();
-    let (past, held): (Vec<(usize, &Query)>, Vec<(usize, &Query)>) =
-        all.iter().enumerate().partition(|(i, _)| i % 2 == 0);
-    for (_, q) in &past {
+    let past: Vec<&Query> = all.iter().step_by(2).collect();
+    let held: Vec<&Query> = all.iter().skip(1).step_by(2).collect();
+    for q in &past {
         r.record_call(&q.relevant[0], true, Some(1.0)).expect("record call");
     }
-    let held: Vec<&Query> = held.into_iter().map(|(_, q)| q).collect();
     let vectors = embedder().embed(&held.iter().map(|q| q.query.as_str()).collect::<Vec<_>>()).expect("embed");
     let without = evaluate(&mut r, &held, &vectors, Mode::Hybrid, None);
     println!("{:<14} {:>8} {:>8} {:>8}", "prior weight", "R@1", "R@5", "NDCG@10");
