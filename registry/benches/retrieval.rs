@@ -1,5 +1,6 @@
-//! Registry benchmark: prints tables of retrieval latency at 1k/10k/100k tools, registration
-//! throughput and embedding throughput by batch size.
+//! Registry benchmark: prints tables of retrieval latency at 1k/10k/100k tools (against BM25 alone
+//! and dense alone in the same run: `ratio` is hybrid / (bm25 + dense), i.e. what fusion and graph
+//! expansion add), registration throughput and embedding throughput by batch size.
 //!
 //! `cargo bench -p toolsmith-registry --bench retrieval` (set `TOOLSMITH_BENCH_SIZES=1000,10000`
 //! to skip the 100k build, which takes a few minutes).
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use toolsmith_contract::Manifest;
-use toolsmith_registry::{DIM, Embedder, NewTool, Registry, RegistryOptions, SearchRequest, Settings, embed};
+use toolsmith_registry::{DIM, Embedder, Mode, NewTool, Registry, RegistryOptions, SearchRequest, Settings, embed};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -80,8 +81,8 @@ fn main() {
         queries.len()
     );
     println!(
-        "{:>8} {:>10} {:>10} {:>12} {:>12} {:>12}",
-        "tools", "p50 ms", "p99 ms", "p50+embed", "p99+embed", "build s"
+        "{:>8} {:>10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>8} {:>9}",
+        "tools", "p50 ms", "p99 ms", "p50+embed", "p99+embed", "bm25 p50", "dense p50", "ratio", "build s"
     );
     for &n in &sizes {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -117,6 +118,20 @@ fn main() {
             r.search_embedded(&SearchRequest::new([q.as_str()]), std::slice::from_ref(v)).expect("search");
             plain.push(t.elapsed());
         }
+        // Baselines in the same run: each retriever alone, no expansion.
+        let mut alone = |mode: Mode| {
+            let mut t = Vec::new();
+            for (q, v) in queries.iter().zip(&query_vectors) {
+                let started = Instant::now();
+                let req = SearchRequest::new([q.as_str()]).mode(mode).expand(false);
+                r.search_embedded(&req, std::slice::from_ref(v)).expect("search");
+                t.push(started.elapsed());
+            }
+            t.sort();
+            percentile(&t, 0.5)
+        };
+        let bm25 = alone(Mode::Bm25);
+        let dense = alone(Mode::Dense);
         let mut with_embed = Vec::new();
         for q in queries.iter().take(200) {
             let t = Instant::now();
@@ -125,12 +140,16 @@ fn main() {
         }
         plain.sort();
         with_embed.sort();
+        let p50 = percentile(&plain, 0.5);
         println!(
-            "{n:>8} {:>10} {:>10} {:>12} {:>12} {:>12.1}",
-            ms(percentile(&plain, 0.5)),
+            "{n:>8} {:>10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>7.2}x {:>9.1}",
+            ms(p50),
             ms(percentile(&plain, 0.99)),
             ms(percentile(&with_embed, 0.5)),
             ms(percentile(&with_embed, 0.99)),
+            ms(bm25),
+            ms(dense),
+            p50.as_secs_f64() / (bm25 + dense).as_secs_f64(),
             build.as_secs_f64()
         );
     }
