@@ -411,7 +411,14 @@ impl Registry {
             self.bm25 = Some(Bm25::open(&self.index_dir())?);
         }
         if let Some(b) = &mut self.bm25 {
-            b.sync(&self.conn, false)?;
+            match b.sync(&self.conn, false) {
+                // Another process has held the index writer for longer than we wait: search the
+                // index as it is (a few tools may be missing from BM25) rather than fail.
+                Err(RegistryError::Index { source: tantivy::TantivyError::LockFailure(..), .. }) => {
+                    tracing::warn!("search index is locked by another process; searching it as it is");
+                }
+                other => other?,
+            }
         }
         Ok(())
     }

@@ -182,3 +182,23 @@ fn the_search_index_is_derived_and_rebuilt_when_lost_or_damaged() {
     r.reindex().expect("reindex");
     assert_eq!(r.search(&q).expect("search after reindex")[0].name, "sha256_hex");
 }
+
+#[test]
+fn a_search_index_locked_by_another_writer_is_searched_as_it_is() {
+    let (_d, path) = temp();
+    let mut r = open(&path);
+    r.register(tool("sha256_hex", "SHA-256 digest of a string as hex."), false).expect("register");
+    let bm25 = SearchRequest::new(["sha256"]).k(1).mode(toolsmith_registry::Mode::Bm25);
+    assert_eq!(r.search(&bm25).expect("search")[0].name, "sha256_hex");
+    // Someone else holds the index writer (tantivy's lock file) and does not let go.
+    let index = tantivy::Index::open_in_dir(r.index_dir()).expect("open index");
+    let writer: tantivy::IndexWriter = index.writer(15_000_000).expect("take the writer lock");
+    r.register(tool("md5_hex", "MD5 digest of a string as hex."), false).expect("the database still takes writes");
+    // After waiting for the lock, search goes on with the index as it was: BM25 does not know the
+    // new tool yet, the dense side (read from the database) does.
+    let hits = r.search(&SearchRequest::new(["md5 digest"]).k(2).expand(false)).expect("search despite the lock");
+    assert!(hits.iter().any(|h| h.name == "md5_hex" && h.explain.bm25.is_none()), "{hits:#?}");
+    drop(writer);
+    let hits = r.search(&SearchRequest::new(["md5"]).k(1).mode(toolsmith_registry::Mode::Bm25)).expect("search");
+    assert_eq!(hits[0].name, "md5_hex", "the index catches up once the lock is free");
+}
