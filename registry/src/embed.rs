@@ -123,9 +123,18 @@ pub fn tool_text(name: &str, description: &str) -> String {
     format!("{}: {}", name.replace('_', " "), description)
 }
 
-/// Cosine of two unit vectors.
+/// Cosine of two unit vectors (their dot product), in eight independent lanes that the compiler
+/// turns into SIMD: this is the inner loop of every dense search.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// Little-endian bytes of a vector, as stored in the database.

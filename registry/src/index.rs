@@ -21,7 +21,7 @@ use tantivy::tokenizer::{
 use tantivy::{DocId, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyError, Term, doc};
 
 use crate::RegistryError;
-use crate::embed::{DIM, from_bytes};
+use crate::embed::{DIM, cosine, from_bytes};
 
 /// How long a writer waits for another process to release the index lock.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -219,6 +219,10 @@ impl Bm25 {
         Ok(())
     }
 
+    pub(crate) fn synced(&self) -> i64 {
+        self.synced
+    }
+
     /// Number of documents searchers see.
     pub(crate) fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()
@@ -331,6 +335,10 @@ impl Dense {
         Ok(())
     }
 
+    pub(crate) fn synced(&self) -> i64 {
+        self.synced
+    }
+
     fn upsert(&mut self, id: i64, v: &[f32]) {
         if let Some(&i) = self.pos.get(&id) {
             self.rows[i * DIM..(i + 1) * DIM].copy_from_slice(v);
@@ -362,7 +370,7 @@ impl Dense {
     /// Cosine of every tool with `query`, then the best `limit`.
     pub(crate) fn search(&self, query: &[f32], limit: usize) -> Vec<(i64, f32)> {
         let mut scored: Vec<(i64, f32)> =
-            self.rows.chunks_exact(DIM).zip(&self.ids).map(|(row, &id)| (id, dot(row, query))).collect();
+            self.rows.chunks_exact(DIM).zip(&self.ids).map(|(row, &id)| (id, cosine(row, query))).collect();
         let limit = limit.min(scored.len());
         if limit == 0 {
             return Vec::new();
@@ -373,24 +381,12 @@ impl Dense {
         scored
     }
 
-    /// The most similar tool to `query` other than `except`.
-    pub(crate) fn nearest(&self, query: &[f32], except: Option<i64>) -> Option<(i64, f32)> {
+    /// The most similar tool to `query`.
+    pub(crate) fn nearest(&self, query: &[f32]) -> Option<(i64, f32)> {
         self.rows
             .chunks_exact(DIM)
             .zip(&self.ids)
-            .filter(|(_, id)| Some(**id) != except)
-            .map(|(row, &id)| (id, dot(row, query)))
+            .map(|(row, &id)| (id, cosine(row, query)))
             .max_by(|a, b| a.1.total_cmp(&b.1))
     }
-}
-
-/// Dot product in eight independent lanes, which the compiler turns into SIMD.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum()
 }

@@ -8,7 +8,8 @@ use rusqlite::params_from_iter;
 use serde::Serialize;
 use toolsmith_contract::ToolKind;
 
-use crate::store::Registry;
+use crate::embed::cosine;
+use crate::store::{Registry, parse_kind};
 use crate::{DIM, RegistryError};
 
 /// Which retrievers to use.
@@ -162,16 +163,13 @@ impl Registry {
         }
         let mut ranked: Vec<Scored> = best.into_values().collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        // Only the columns a hit shows: no manifest to parse on the search path.
+        let mut stmt = self.conn.prepare_cached("SELECT name, description, kind FROM tools WHERE id = ?1")?;
         let mut out = Vec::with_capacity(ranked.len());
         for s in ranked {
-            let t = self.get_by_id(s.id)?;
-            out.push(SearchHit {
-                name: t.name,
-                description: t.description,
-                kind: t.kind,
-                score: s.score,
-                explain: s.explain,
-            });
+            let (name, description, kind): (String, String, String) =
+                stmt.query_row([s.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            out.push(SearchHit { name, description, kind: parse_kind(&kind), score: s.score, explain: s.explain });
         }
         Ok(out)
     }
@@ -193,10 +191,7 @@ impl Registry {
         let max_bm25 = sparse.iter().map(|(_, s)| *s).fold(full_match, f32::max);
         // Exact cosine for every candidate, BM25's included: the vectors are in memory.
         let cos: HashMap<i64, f32> = match qv {
-            Some(q) => ids
-                .iter()
-                .filter_map(|id| self.dense.vector(*id).map(|v| (*id, v.iter().zip(q).map(|(a, b)| a * b).sum())))
-                .collect(),
+            Some(q) => ids.iter().filter_map(|id| self.dense.vector(*id).map(|v| (*id, cosine(v, q)))).collect(),
             None => HashMap::new(),
         };
         let lo = cos.values().copied().fold(f32::INFINITY, f32::min);

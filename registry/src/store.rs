@@ -285,8 +285,8 @@ fn tool_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ToolRecord> {
     let manifest_text: String = row.get(5)?;
     let manifest: Manifest = serde_json::from_str(&manifest_text)
         .map_err(|e| rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e)))?;
-    let kind_text: String = row.get(3)?;
-    let kind = serde_json::from_value(serde_json::Value::String(kind_text)).unwrap_or(manifest.kind);
+    // The `kind` column mirrors the manifest's (it exists for SQL: stats by kind).
+    let kind = manifest.kind;
     let stats = ToolStats {
         usage_count: row.get(7)?,
         success_count: row.get(8)?,
@@ -320,7 +320,7 @@ pub(crate) fn put_blob(tx: &Connection, bytes: &[u8]) -> rusqlite::Result<String
     Ok(hash)
 }
 
-fn manifest_json(m: &Manifest) -> String {
+pub(crate) fn manifest_json(m: &Manifest) -> String {
     serde_json::to_string(m).unwrap_or_default()
 }
 
@@ -406,6 +406,11 @@ impl Registry {
 
     /// Brings the in-memory embeddings and the BM25 index up to date with the database.
     pub(crate) fn sync(&mut self) -> Result<(), RegistryError> {
+        // The common case on the search path: nothing changed since the last sync, one query.
+        let current = crate::index::generation(&self.conn)?;
+        if self.dense.synced() == current && self.bm25.as_ref().is_some_and(|b| b.synced() == current) {
+            return Ok(());
+        }
         self.dense.sync(&self.conn)?;
         if self.bm25.is_none() {
             self.bm25 = Some(Bm25::open(&self.index_dir())?);
@@ -430,14 +435,13 @@ impl Registry {
 
     /// Registers tools in one transaction with one batched embedding call.
     pub fn register_many(&mut self, tools: Vec<NewTool>, merge: bool) -> Result<Vec<Registered>, RegistryError> {
-        for t in &tools {
-            t.manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", t.manifest.name)))?;
-        }
+        // Checked before the (costly) embedding; `register_checked` does not check again.
+        check_all(&tools)?;
         let embedder = self.embedder()?;
         let texts: Vec<String> =
             tools.iter().map(|t| embed::tool_text(t.manifest.name.as_str(), &t.manifest.description)).collect();
         let vectors = embedder.embed(&texts)?;
-        self.register_many_embedded(tools, vectors, merge)
+        self.register_checked(tools, vectors, merge)
     }
 
     /// [`Registry::register_many`] with the embeddings already computed (one unit vector of
@@ -448,11 +452,18 @@ impl Registry {
         vectors: Vec<Vec<f32>>,
         merge: bool,
     ) -> Result<Vec<Registered>, RegistryError> {
+        check_all(&tools)?;
+        self.register_checked(tools, vectors, merge)
+    }
+
+    fn register_checked(
+        &mut self,
+        tools: Vec<NewTool>,
+        vectors: Vec<Vec<f32>>,
+        merge: bool,
+    ) -> Result<Vec<Registered>, RegistryError> {
         if vectors.len() != tools.len() || vectors.iter().any(|v| v.len() != embed::DIM) {
             return Err(RegistryError::Invalid(format!("need one {}-d vector per tool", embed::DIM)));
-        }
-        for t in &tools {
-            t.manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", t.manifest.name)))?;
         }
         self.dense.sync(&self.conn)?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -715,14 +726,7 @@ impl Registry {
             let mut stmt = self.conn.prepare("SELECT id, name, kind, usage_count FROM tools")?;
             stmt.query_map([], |r| {
                 let kind: String = r.get(2)?;
-                Ok((
-                    r.get(0)?,
-                    GraphNode {
-                        name: r.get(1)?,
-                        kind: serde_json::from_value(serde_json::Value::String(kind)).unwrap_or_default(),
-                        usage_count: r.get(3)?,
-                    },
-                ))
+                Ok((r.get(0)?, GraphNode { name: r.get(1)?, kind: parse_kind(&kind), usage_count: r.get(3)? }))
             })?
             .collect::<rusqlite::Result<_>>()?
         };
@@ -953,12 +957,56 @@ fn merge_into(tx: &Transaction<'_>, keep: i64, gone: i64, gone_name: &str) -> Re
     Ok(())
 }
 
+/// The `kind` column back as a [`ToolKind`] (its `Display` form; unknown text reads as the default).
+pub(crate) fn parse_kind(text: &str) -> ToolKind {
+    serde_json::from_value(serde_json::Value::String(text.to_string())).unwrap_or_default()
+}
+
+fn check_all(tools: &[NewTool]) -> Result<(), RegistryError> {
+    for t in tools {
+        t.manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", t.manifest.name)))?;
+    }
+    Ok(())
+}
+
 /// Deletes blobs nothing refers to any more.
 fn collect_blobs(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute(
         "DELETE FROM blobs WHERE hash NOT IN (SELECT blob_hash FROM tools WHERE blob_hash IS NOT NULL) \
          AND hash NOT IN (SELECT blob_hash FROM candidates WHERE blob_hash IS NOT NULL)",
         [],
+    )?;
+    Ok(())
+}
+
+/// Inserts a tool, or replaces the manifest-derived columns of the tool of that name (keeping its
+/// statistics, edges and creation time).
+pub(crate) fn write_tool_row(
+    tx: &Connection,
+    m: &Manifest,
+    manifest_json: &str,
+    blob_hash: Option<&str>,
+    embedding: Option<&[u8]>,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO tools (name, version, kind, description, manifest, blob_hash, embedding, created_at, author, run, \
+         parents) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+         ON CONFLICT (name) DO UPDATE SET version = excluded.version, kind = excluded.kind, \
+         description = excluded.description, manifest = excluded.manifest, blob_hash = excluded.blob_hash, \
+         embedding = excluded.embedding, author = excluded.author, run = excluded.run, parents = excluded.parents",
+        params![
+            m.name.as_str(),
+            m.version,
+            m.kind.to_string(),
+            m.description,
+            manifest_json,
+            blob_hash,
+            embedding,
+            now_ms(),
+            m.provenance.author,
+            m.provenance.created_by_run,
+            serde_json::to_string(&m.provenance.parents).unwrap_or_default(),
+        ],
     )?;
     Ok(())
 }
@@ -974,31 +1022,14 @@ fn register_one(
     let name = tool.manifest.name.as_str().to_string();
     let json = manifest_json(&tool.manifest);
     let hash = tool.blob.as_deref().map(|b| put_blob(tx, b)).transpose()?;
-    let existing: Option<(i64, String, Option<String>)> = tx
-        .query_row("SELECT id, manifest, blob_hash FROM tools WHERE name = ?1", [&name], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
+    let existing: Option<(String, Option<String>)> = tx
+        .query_row("SELECT manifest, blob_hash FROM tools WHERE name = ?1", [&name], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    if let Some((id, old, old_hash)) = existing {
+    if let Some((old, old_hash)) = existing {
         if old == json && old_hash == hash {
             return Ok(Registered::Unchanged { name });
         }
-        tx.execute(
-            "UPDATE tools SET version = ?2, kind = ?3, description = ?4, manifest = ?5, blob_hash = ?6, embedding = ?7, \
-             author = ?8, run = ?9, parents = ?10 WHERE id = ?1",
-            params![
-                id,
-                tool.manifest.version,
-                tool.manifest.kind.to_string(),
-                tool.manifest.description,
-                json,
-                hash,
-                to_bytes(vector),
-                tool.manifest.provenance.author,
-                tool.manifest.provenance.created_by_run,
-                serde_json::to_string(&tool.manifest.provenance.parents).unwrap_or_default(),
-            ],
-        )?;
+        write_tool_row(tx, &tool.manifest, &json, hash.as_deref(), Some(&to_bytes(vector)))?;
         collect_blobs(tx)?;
         return Ok(Registered::Updated { name });
     }
@@ -1009,7 +1040,7 @@ fn register_one(
     }
     if let Some(threshold) = merge_threshold {
         let nearest = dense
-            .nearest(vector, None)
+            .nearest(vector)
             .into_iter()
             .chain(batch.iter().map(|(id, v)| (*id, cosine(v, vector))))
             .max_by(|a, b| a.1.total_cmp(&b.1));
@@ -1021,22 +1052,6 @@ fn register_one(
             return Ok(Registered::Merged { name, into, similarity });
         }
     }
-    tx.execute(
-        "INSERT INTO tools (name, version, kind, description, manifest, blob_hash, embedding, created_at, author, run, parents) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        params![
-            name,
-            tool.manifest.version,
-            tool.manifest.kind.to_string(),
-            tool.manifest.description,
-            json,
-            hash,
-            to_bytes(vector),
-            now_ms(),
-            tool.manifest.provenance.author,
-            tool.manifest.provenance.created_by_run,
-            serde_json::to_string(&tool.manifest.provenance.parents).unwrap_or_default(),
-        ],
-    )?;
+    write_tool_row(tx, &tool.manifest, &json, hash.as_deref(), Some(&to_bytes(vector)))?;
     Ok(Registered::Added { name })
 }

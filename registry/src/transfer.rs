@@ -12,7 +12,7 @@ use toolsmith_contract::Manifest;
 
 use crate::RegistryError;
 use crate::embed::DIM;
-use crate::store::{Registry, ToolStats, blob_hash};
+use crate::store::{Registry, ToolStats, blob_hash, manifest_json, put_blob, write_tool_row};
 
 /// Version of the line format.
 const FORMAT: u32 = 1;
@@ -60,6 +60,32 @@ enum Line {
         created_at: i64,
         status: String,
     },
+}
+
+/// A checked, decoded import line.
+enum Record {
+    Blob(Vec<u8>),
+    Tool {
+        manifest: Manifest,
+        blob_hash: Option<String>,
+        embedding: Option<Vec<u8>>,
+        stats: ToolStats,
+        created_at: i64,
+        last_used_at: Option<i64>,
+    },
+    Candidate {
+        manifest: Manifest,
+        run: String,
+        iteration: i64,
+        task: String,
+        trajectory: String,
+        reward: f64,
+        blob_hash: Option<String>,
+        created_at: i64,
+        status: String,
+    },
+    /// Lines that need no decoding.
+    Plain(Line),
 }
 
 /// What an import added.
@@ -172,7 +198,8 @@ impl Registry {
     /// Reads an export. Everything is checked before anything is written, and the write is one
     /// transaction: a bad line leaves the registry as it was. Tools of the same name are replaced.
     pub fn import(&mut self, input: &mut dyn BufRead) -> Result<ImportSummary, RegistryError> {
-        let mut lines = Vec::new();
+        // Pass 1: parse, check and decode every line; nothing is written yet.
+        let mut records = Vec::new();
         for (i, text) in input.lines().enumerate() {
             let line_no = i + 1;
             let text = text.map_err(io_error)?;
@@ -181,53 +208,77 @@ impl Registry {
             }
             let fail = |message: String| RegistryError::Import { line: line_no, message };
             let line: Line = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
-            match &line {
-                Line::Header { format } if *format != FORMAT => {
+            let record = match line {
+                Line::Header { format } if format != FORMAT => {
                     return Err(fail(format!("export format {format}; this build reads format {FORMAT}")));
                 }
                 Line::Blob { hash, bytes } => {
                     let bytes = B64.decode(bytes).map_err(|e| fail(format!("blob is not base64: {e}")))?;
-                    if blob_hash(&bytes) != *hash {
+                    if blob_hash(&bytes) != hash {
                         return Err(fail(format!("blob {hash} does not match its content")));
                     }
+                    Record::Blob(bytes)
                 }
-                Line::Tool { manifest, embedding, stats, .. } => {
-                    Manifest::from_value(manifest.clone()).map_err(|e| fail(format!("invalid manifest: {e}")))?;
-                    if let Some(e) = embedding {
-                        let bytes = B64.decode(e).map_err(|e| fail(format!("embedding is not base64: {e}")))?;
-                        if bytes.len() != DIM * 4 {
-                            return Err(fail(format!("embedding has {} bytes, expected {}", bytes.len(), DIM * 4)));
+                Line::Tool { manifest, blob_hash, embedding, stats, created_at, last_used_at } => {
+                    let manifest =
+                        Manifest::from_value(manifest).map_err(|e| fail(format!("invalid manifest: {e}")))?;
+                    let embedding = match embedding {
+                        Some(e) => {
+                            let bytes = B64.decode(e).map_err(|e| fail(format!("embedding is not base64: {e}")))?;
+                            if bytes.len() != DIM * 4 {
+                                return Err(fail(format!("embedding has {} bytes, expected {}", bytes.len(), DIM * 4)));
+                            }
+                            Some(bytes)
                         }
-                    }
+                        None => None,
+                    };
                     if !stats.reward_sum.is_finite() {
                         return Err(fail("reward_sum is not finite".into()));
                     }
+                    Record::Tool { manifest, blob_hash, embedding, stats, created_at, last_used_at }
                 }
-                Line::Candidate { manifest, .. } => {
-                    Manifest::from_value(manifest.clone()).map_err(|e| fail(format!("invalid manifest: {e}")))?;
+                Line::Candidate {
+                    manifest,
+                    run,
+                    iteration,
+                    task,
+                    trajectory,
+                    reward,
+                    blob_hash,
+                    created_at,
+                    status,
+                } => {
+                    let manifest =
+                        Manifest::from_value(manifest).map_err(|e| fail(format!("invalid manifest: {e}")))?;
+                    Record::Candidate {
+                        manifest,
+                        run,
+                        iteration,
+                        task,
+                        trajectory,
+                        reward,
+                        blob_hash,
+                        created_at,
+                        status,
+                    }
                 }
-                _ => {}
-            }
-            lines.push((line_no, line));
+                other => Record::Plain(other),
+            };
+            records.push((line_no, record));
         }
+        // Pass 2: one transaction.
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut summary = ImportSummary::default();
         let mut ids: HashMap<String, i64> = HashMap::new();
-        for (line_no, line) in lines {
+        for (line_no, record) in records {
             let fail = |message: String| RegistryError::Import { line: line_no, message };
-            match line {
-                Line::Header { .. } => {}
-                Line::Meta { key, value } => {
-                    tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)", params![key, value])?;
-                }
-                Line::Blob { bytes, .. } => {
-                    let bytes = B64.decode(bytes).map_err(|e| fail(e.to_string()))?;
-                    crate::store::put_blob(&tx, &bytes)?;
+            let line = match record {
+                Record::Blob(bytes) => {
+                    put_blob(&tx, &bytes)?;
                     summary.blobs += 1;
+                    continue;
                 }
-                Line::Tool { manifest, blob_hash, embedding, stats, created_at, last_used_at } => {
-                    let m = Manifest::from_value(manifest).map_err(|e| fail(e.to_string()))?;
-                    let embedding = embedding.map(|e| B64.decode(e)).transpose().map_err(|e| fail(e.to_string()))?;
+                Record::Tool { manifest: m, blob_hash, embedding, stats, created_at, last_used_at } => {
                     if let Some(h) = &blob_hash {
                         let present: Option<i64> =
                             tx.query_row("SELECT 1 FROM blobs WHERE hash = ?1", [h], |r| r.get(0)).optional()?;
@@ -238,27 +289,12 @@ impl Registry {
                             )));
                         }
                     }
-                    tx.execute(
-                        "INSERT INTO tools (name, version, kind, description, manifest, blob_hash, embedding, \
-                         usage_count, success_count, failure_count, reward_sum, reward_count, created_at, \
-                         last_used_at, author, run, parents) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
-                         ON CONFLICT (name) DO UPDATE SET version = excluded.version, kind = excluded.kind, \
-                         description = excluded.description, manifest = excluded.manifest, \
-                         blob_hash = excluded.blob_hash, embedding = excluded.embedding, \
-                         usage_count = excluded.usage_count, success_count = excluded.success_count, \
-                         failure_count = excluded.failure_count, reward_sum = excluded.reward_sum, \
-                         reward_count = excluded.reward_count, created_at = excluded.created_at, \
-                         last_used_at = excluded.last_used_at, author = excluded.author, run = excluded.run, \
-                         parents = excluded.parents",
+                    write_tool_row(&tx, &m, &manifest_json(&m), blob_hash.as_deref(), embedding.as_deref())?;
+                    let id: i64 = tx.query_row(
+                        "UPDATE tools SET usage_count = ?2, success_count = ?3, failure_count = ?4, reward_sum = ?5, \
+                         reward_count = ?6, created_at = ?7, last_used_at = ?8 WHERE name = ?1 RETURNING id",
                         params![
                             m.name.as_str(),
-                            m.version,
-                            m.kind.to_string(),
-                            m.description,
-                            serde_json::to_string(&m).map_err(|e| fail(e.to_string()))?,
-                            blob_hash,
-                            embedding,
                             stats.usage_count,
                             stats.success_count,
                             stats.failure_count,
@@ -266,15 +302,48 @@ impl Registry {
                             stats.reward_count,
                             created_at,
                             last_used_at,
-                            m.provenance.author,
-                            m.provenance.created_by_run,
-                            serde_json::to_string(&m.provenance.parents).unwrap_or_default(),
                         ],
+                        |r| r.get(0),
                     )?;
-                    let id: i64 =
-                        tx.query_row("SELECT id FROM tools WHERE name = ?1", [m.name.as_str()], |r| r.get(0))?;
                     ids.insert(m.name.as_str().to_string(), id);
                     summary.tools += 1;
+                    continue;
+                }
+                Record::Candidate {
+                    manifest,
+                    run,
+                    iteration,
+                    task,
+                    trajectory,
+                    reward,
+                    blob_hash,
+                    created_at,
+                    status,
+                } => {
+                    tx.execute(
+                        "INSERT INTO candidates (run, iteration, task, trajectory, reward, manifest, blob_hash, \
+                         created_at, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                        params![
+                            run,
+                            iteration,
+                            task,
+                            trajectory,
+                            reward,
+                            manifest_json(&manifest),
+                            blob_hash,
+                            created_at,
+                            status
+                        ],
+                    )?;
+                    summary.candidates += 1;
+                    continue;
+                }
+                Record::Plain(line) => line,
+            };
+            match line {
+                Line::Header { .. } => {}
+                Line::Meta { key, value } => {
+                    tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)", params![key, value])?;
                 }
                 Line::Edge { src, dst, count, weight } => {
                     let id = |name: &str| -> Result<i64, RegistryError> {
@@ -304,35 +373,7 @@ impl Registry {
                     )?;
                     summary.aliases += 1;
                 }
-                Line::Candidate {
-                    run,
-                    iteration,
-                    task,
-                    trajectory,
-                    reward,
-                    manifest,
-                    blob_hash,
-                    created_at,
-                    status,
-                } => {
-                    let m = Manifest::from_value(manifest).map_err(|e| fail(e.to_string()))?;
-                    tx.execute(
-                        "INSERT INTO candidates (run, iteration, task, trajectory, reward, manifest, blob_hash, \
-                         created_at, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                        params![
-                            run,
-                            iteration,
-                            task,
-                            trajectory,
-                            reward,
-                            serde_json::to_string(&m).map_err(|e| fail(e.to_string()))?,
-                            blob_hash,
-                            created_at,
-                            status
-                        ],
-                    )?;
-                    summary.candidates += 1;
-                }
+                Line::Blob { .. } | Line::Tool { .. } | Line::Candidate { .. } => {}
             }
         }
         tx.commit()?;

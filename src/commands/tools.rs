@@ -417,7 +417,7 @@ fn to_dot(g: &Graph) -> String {
             e.src,
             e.dst,
             e.count,
-            1.0 + e.weight.max(0.0).ln_1p()
+            edge_width(e.weight)
         );
     }
     s.push_str("}\n");
@@ -486,7 +486,7 @@ fn to_html(g: &Graph) -> String {
             svg,
             "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{ex:.1}\" y2=\"{ey:.1}\" stroke=\"#5b6b8c\" stroke-opacity=\"0.7\" \
              stroke-width=\"{:.2}\" marker-end=\"url(#arrow)\"><title>{} -> {}: count {}, weight {:.2}</title></line>",
-            1.0 + e.weight.max(0.0).ln_1p(),
+            edge_width(e.weight),
             esc(&e.src),
             esc(&e.dst),
             e.count,
@@ -516,6 +516,12 @@ fn to_html(g: &Graph) -> String {
         g.nodes.len(),
         g.edges.len()
     )
+}
+
+/// Line width for an edge: grows with the log of its weight, so one heavy edge does not swamp the
+/// picture.
+fn edge_width(weight: f64) -> f64 {
+    1.0 + weight.max(0.0).ln_1p()
 }
 
 fn esc(s: &str) -> String {

@@ -14,22 +14,24 @@ struct Query {
     relevant: Vec<String>,
 }
 
-fn tools() -> Vec<Manifest> {
-    std::fs::read_to_string(data("tools.jsonl"))
-        .expect("tools.jsonl")
+fn read_jsonl<T: serde::de::DeserializeOwned>(name: &str) -> Vec<T> {
+    std::fs::read_to_string(data(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| Manifest::from_json(l).expect("valid manifest"))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: {e}: {l}")))
+        .collect()
+}
+
+fn tools() -> Vec<Manifest> {
+    read_jsonl::<serde_json::Value>("tools.jsonl")
+        .into_iter()
+        .map(|v| Manifest::from_value(v).expect("valid manifest"))
         .collect()
 }
 
 fn queries() -> Vec<Query> {
-    std::fs::read_to_string(data("queries.jsonl"))
-        .expect("queries.jsonl")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("valid query"))
-        .collect()
+    read_jsonl("queries.jsonl")
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -144,12 +146,7 @@ struct DuplicateCase {
 #[test]
 fn default_merge_threshold_separates_duplicates_from_related_tools() {
     let by_name: HashMap<String, Manifest> = tools().into_iter().map(|t| (t.name.as_str().to_string(), t)).collect();
-    let cases: Vec<DuplicateCase> = std::fs::read_to_string(data("duplicates.jsonl"))
-        .expect("duplicates.jsonl")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("valid case"))
-        .collect();
+    let cases: Vec<DuplicateCase> = read_jsonl("duplicates.jsonl");
     let text = |m: &Manifest| embed::tool_text(m.name.as_str(), &m.description);
     let mut dup = Vec::new();
     let mut distinct = Vec::new();
