@@ -42,6 +42,8 @@ enum Command {
     /// Write, build and inspect plugins.
     #[command(subcommand)]
     Plugin(commands::plugin::PluginCommand),
+    /// Serve the tool graph over MCP (stdio or streamable HTTP), with a status API.
+    Serve(commands::serve::ServeArgs),
     /// Browse and maintain the tool graph (the registry).
     #[command(subcommand)]
     Tools(commands::tools::ToolsCommand),
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Create(args) => commands::create::run(&env, args),
         Command::Python(cmd) => commands::python::run(&env, cmd),
         Command::Plugin(cmd) => commands::plugin::run(&env, cmd),
+        Command::Serve(args) => commands::serve::run(&env, args),
         Command::Tools(cmd) => commands::tools::run(&env, cmd),
         Command::Schema { which } => commands::print_schema(which),
     };

@@ -21,15 +21,15 @@
 //! - [`validate`]: input and output schema checks with errors an agent can act on.
 //! - [`python`]: agent-written Python tools in a CPython guest, and SEARL's `create_and_execute_mcp`.
 //! - [`Toolbox`]: named tools and the one call path (validate, run, validate).
+//! - [`daemon`]: the tool graph served over MCP (stdio and streamable HTTP) with a status API.
 #![warn(missing_docs)]
 
+pub mod daemon;
 pub mod python;
 pub mod sandbox;
 mod toolbox;
-mod toolstore;
 pub mod validate;
 
 pub use sandbox::{CallReport, Limits, LoadError, PythonComponent, Sandbox, SandboxConfig, SandboxError};
 pub use toolbox::{CallOutput, Tool, Toolbox};
 pub use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};
-pub use toolstore::{ToolStore, ToolStoreError};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
-use toolsmith_contract::{ErrorKind, Manifest, StructuredError};
+use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};
 
 use crate::python::PythonRuntime;
 use crate::python::create::{CreateRequest, Created, PythonTool, create_and_execute};
@@ -103,6 +103,41 @@ impl Toolbox {
         let tool = self.load_component(bytes)?;
         self.register(tool.clone());
         Ok(tool)
+    }
+
+    /// Loads a tool as a registry stores it: its manifest and the blob it runs from (component
+    /// bytes for a plugin, code for a Python tool). The component's own manifest must name the
+    /// same tool. Not registered.
+    pub fn load_stored(&self, manifest: &Manifest, blob: Option<&[u8]>) -> Result<Arc<Tool>, StructuredError> {
+        let name = manifest.name.as_str();
+        let missing = || {
+            StructuredError::new(ErrorKind::InvalidComponent, name, "the registry has no code for this tool")
+                .with_hint("re-add the tool with `toolsmith tools add`")
+        };
+        match manifest.kind {
+            ToolKind::Plugin => {
+                let tool = self.load_component(blob.ok_or_else(missing)?).map_err(|e| e.to_structured(name))?;
+                if tool.name() != name {
+                    return Err(StructuredError::new(
+                        ErrorKind::InvalidComponent,
+                        name,
+                        format!("the stored component declares itself as `{}`", tool.name()),
+                    ));
+                }
+                Ok(tool)
+            }
+            ToolKind::Python => {
+                let tool = PythonTool::from_blob(manifest.clone(), blob.ok_or_else(missing)?)
+                    .map_err(|e| StructuredError::new(ErrorKind::InvalidComponent, name, e))?;
+                self.python_tool(tool).map_err(|e| e.to_structured(name))
+            }
+            ToolKind::Simulated | ToolKind::Native => Err(StructuredError::new(
+                ErrorKind::NotFound,
+                name,
+                format!("`{name}` is a {} tool: an interface with no code to run here", manifest.kind),
+            )
+            .with_hint("simulated tools are answered by a model in the agent runtime; call a plugin or Python tool")),
+        }
     }
 
     /// Lets this toolbox run Python tools with `runtime`.

@@ -399,6 +399,12 @@ impl Registry {
         Ok(())
     }
 
+    /// A counter that moves whenever a tool is added, changed or removed (by any process), and
+    /// only then: watch it to learn that the tool list changed.
+    pub fn generation(&self) -> Result<i64, RegistryError> {
+        Ok(crate::index::generation(&self.conn)?)
+    }
+
     /// The canonical name for `name` (itself, or what it was merged into), if known.
     pub fn resolve(&self, name: &str) -> Result<Option<String>, RegistryError> {
         resolve(&self.conn, name).map(|r| r.map(|(_, n)| n))

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-use toolsmith_host::{ErrorKind, Limits, StructuredError};
+use toolsmith_host::{CallOutput, ErrorKind, Limits, StructuredError, ToolKind, Toolbox};
+use toolsmith_registry::{RegistryError, SortBy};
 
 use super::Env;
 
@@ -51,8 +52,10 @@ pub fn run(env: &Env, args: CallArgs) -> Result<ExitCode> {
                     Ok(tool) => toolbox.call_tool(&tool, &json, limits),
                     Err(e) => Err(e.to_structured(&args.tool)),
                 }
-            } else {
+            } else if toolbox.get(&args.tool).is_some() {
                 toolbox.call(&args.tool, &json, limits)
+            } else {
+                call_registered(env, &toolbox, &args.tool, &json, limits)?
             }
         }
     };
@@ -71,6 +74,48 @@ pub fn run(env: &Env, args: CallArgs) -> Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Calls a tool from the registry (a Python tool someone admitted, a plugin added with `tools
+/// add`), and counts the call in its statistics.
+fn call_registered(
+    env: &Env,
+    toolbox: &Toolbox,
+    name: &str,
+    args: &Value,
+    limits: Limits,
+) -> Result<Result<CallOutput, StructuredError>> {
+    let mut registry = env.registry()?;
+    let record = match registry.get(name) {
+        Ok(record) => record,
+        Err(RegistryError::NotFound(_)) => {
+            let known: Vec<String> = registry.list(SortBy::Name)?.into_iter().map(|r| r.name).collect();
+            let mut error = StructuredError::new(ErrorKind::NotFound, name, format!("no tool is called `{name}`"));
+            error = match known.iter().max_by(|a, b| strsim_score(name, a).total_cmp(&strsim_score(name, b))) {
+                Some(near) if strsim_score(name, near) > 0.8 => error.with_hint(format!("did you mean `{near}`?")),
+                _ => error.with_hint("`toolsmith tools list` shows every tool"),
+            };
+            return Ok(Err(error));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let blob = match &record.blob_hash {
+        Some(hash) => registry.blob(hash)?,
+        None => None,
+    };
+    if record.kind == ToolKind::Python && toolbox.python().is_none() {
+        toolbox.set_python(env.python_runtime(toolbox.sandbox())?);
+    }
+    let outcome =
+        toolbox.load_stored(&record.manifest, blob.as_deref()).and_then(|t| toolbox.call_tool(&t, args, limits));
+    if let Err(e) = registry.record_call(&record.name, outcome.is_ok(), None) {
+        tracing::warn!("cannot record the call in the registry: {e}");
+    }
+    Ok(outcome)
+}
+
+fn strsim_score(a: &str, b: &str) -> f64 {
+    strsim::jaro_winkler(a, b)
 }
 
 fn looks_like_path(tool: &str) -> bool {

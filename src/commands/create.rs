@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use toolsmith_contract::Provenance;
-use toolsmith_host::ToolStore;
-use toolsmith_host::python::create::{CreateRequest, DEFAULT_TIMEOUT_SECS};
+use toolsmith_host::python::create::{CreateRequest, DEFAULT_TIMEOUT_SECS, create_and_execute};
+use toolsmith_registry::{NewTool, Registered};
 
 use super::Env;
 
@@ -56,14 +56,34 @@ pub fn run(env: &Env, args: CreateArgs) -> Result<ExitCode> {
         timeout: args.timeout,
     };
     let toolbox = env.toolbox_with_python()?;
+    let runtime = toolbox.python().context("the Python runtime is not loaded")?;
     let provenance = Provenance { author: Some("cli".into()), ..Provenance::default() };
-    let created = toolbox.create_python(&request, provenance).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // A tool of that name already in the registry is superseded (Python) or a conflict (any
+    // other kind); only look when the tool is to be admitted, so a dry run needs no registry.
+    let existing = match toolbox.get(&request.name) {
+        Some(tool) => Some(tool.manifest.clone()),
+        None if args.admit => env.registry()?.get(&request.name).ok().map(|r| r.manifest),
+        None => None,
+    };
+    let created = create_and_execute(&runtime, &request, existing.as_ref(), provenance);
     super::print_json(&created.result)?;
     match created.tool {
         Some(tool) if args.admit => {
-            let store = ToolStore::new(ToolStore::default_dir());
-            let path = store.save(&tool)?;
-            eprintln!("admitted `{}` {} ({})", tool.manifest.name, tool.manifest.version, path.display());
+            let mut registry = env.registry()?;
+            let new = NewTool::new(tool.manifest.clone()).with_blob(tool.to_blob());
+            match registry.register(new, true).context("cannot register the tool")? {
+                Registered::Merged { name, into, similarity } => {
+                    eprintln!(
+                        "`{name}` is a near-duplicate of `{into}` (cosine {similarity:.3}): recorded as its alias"
+                    )
+                }
+                outcome => eprintln!(
+                    "admitted `{}` {} into the registry {}",
+                    outcome.canonical(),
+                    tool.manifest.version,
+                    registry.path().display()
+                ),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Some(tool) => {

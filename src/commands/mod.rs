@@ -5,6 +5,7 @@ pub mod create;
 pub mod plugin;
 pub mod python;
 pub mod quickstart;
+pub mod serve;
 pub mod tools;
 
 use std::path::PathBuf;
@@ -13,7 +14,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use toolsmith_host::python::{PythonRuntime, default_guest_path};
-use toolsmith_host::{Sandbox, SandboxConfig, Tool, ToolStore, Toolbox};
+use toolsmith_host::{Sandbox, SandboxConfig, Tool, Toolbox};
+use toolsmith_registry::{NewTool, Registry};
 
 /// Global options every command shares.
 #[derive(Debug)]
@@ -34,36 +36,34 @@ impl Env {
         Sandbox::new(config).context("cannot start the sandbox")
     }
 
-    /// A toolbox with every bundled plugin registered, and the admitted Python tools when the
-    /// Python guest is available.
+    /// A toolbox with every bundled plugin registered.
     pub fn toolbox(&self) -> Result<Toolbox> {
         let toolbox = Toolbox::new(self.sandbox()?);
         for bundled in toolsmith_bundled::BUNDLED {
             load_bundled(&toolbox, bundled)?;
         }
-        let store = ToolStore::new(ToolStore::default_dir());
-        let (tools, problems) = store.load_all();
-        for problem in problems {
-            tracing::warn!("skipping a stored tool: {problem}");
-        }
-        if !tools.is_empty() {
-            match self.python_runtime(toolbox.sandbox()) {
-                Ok(runtime) => toolbox.set_python(runtime),
-                Err(e) => tracing::warn!("admitted Python tools are unavailable: {e:#}"),
-            }
-        }
-        for tool in tools {
-            let name = tool.manifest.name.clone();
-            match toolbox.python_tool(tool) {
-                // A bundled plugin keeps its name; a stored tool cannot shadow it.
-                Ok(tool) if toolbox.get(tool.name()).is_none() => {
-                    toolbox.register(tool);
-                }
-                Ok(_) => tracing::warn!("stored tool `{name}` is shadowed by a bundled plugin"),
-                Err(e) => tracing::warn!("stored tool `{name}` does not load: {e}"),
-            }
-        }
         Ok(toolbox)
+    }
+
+    /// The registry (`--registry`, `$TOOLSMITH_REGISTRY` or the default), seeded with the
+    /// bundled tools the first time.
+    pub fn registry(&self) -> Result<Registry> {
+        let path = self.registry.clone().unwrap_or_else(Registry::default_path);
+        let mut registry =
+            Registry::open(&path).with_context(|| format!("cannot open the registry {}", path.display()))?;
+        if registry.meta("seeded")?.is_none() {
+            let bar = tools::spinner("registering the bundled tools");
+            let toolbox = Toolbox::new(self.sandbox()?);
+            let mut tools = Vec::new();
+            for bundled in toolsmith_bundled::BUNDLED {
+                let tool = load_bundled(&toolbox, bundled)?;
+                tools.push(NewTool::new(tool.manifest.clone()).with_blob(bundled.component.to_vec()));
+            }
+            registry.register_many(tools, true).context("cannot register the bundled tools")?;
+            registry.set_meta("seeded", "bundled")?;
+            bar.finish_and_clear();
+        }
+        Ok(registry)
     }
 
     /// [`Env::toolbox`] with the Python runtime loaded (an error when the guest is missing).

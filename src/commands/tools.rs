@@ -127,7 +127,7 @@ pub enum GraphFormat {
     Json,
 }
 
-fn spinner(message: &str) -> ProgressBar {
+pub fn spinner(message: &str) -> ProgressBar {
     let bar = ProgressBar::new_spinner()
         .with_style(
             ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
@@ -139,21 +139,7 @@ fn spinner(message: &str) -> ProgressBar {
 
 /// Opens the registry; a new one gets the bundled tools registered.
 pub fn open_registry(env: &Env) -> Result<Registry> {
-    let path = env.registry.clone().unwrap_or_else(Registry::default_path);
-    let mut registry = Registry::open(&path).with_context(|| format!("cannot open the registry {}", path.display()))?;
-    if registry.meta("seeded")?.is_none() {
-        let bar = spinner("registering the bundled tools");
-        let toolbox = Toolbox::new(env.sandbox()?);
-        let mut tools = Vec::new();
-        for bundled in toolsmith_bundled::BUNDLED {
-            let tool = super::load_bundled(&toolbox, bundled)?;
-            tools.push(NewTool::new(tool.manifest.clone()).with_blob(bundled.component.to_vec()));
-        }
-        registry.register_many(tools, true).context("cannot register the bundled tools")?;
-        registry.set_meta("seeded", "bundled")?;
-        bar.finish_and_clear();
-    }
-    Ok(registry)
+    env.registry()
 }
 
 pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {

@@ -72,7 +72,32 @@ pub struct PythonTool {
     pub positional: Vec<String>,
 }
 
+/// What a registry stores as a Python tool's blob: everything but the manifest.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PythonBlob {
+    code: String,
+    #[serde(default)]
+    positional: Vec<String>,
+}
+
 impl PythonTool {
+    /// The bytes a registry keeps for this tool (JSON: code and positional parameters).
+    pub fn to_blob(&self) -> Vec<u8> {
+        let blob = PythonBlob { code: self.code.clone(), positional: self.positional.clone() };
+        serde_json::to_vec(&blob).unwrap_or_default()
+    }
+
+    /// Rebuilds a tool from its manifest and the bytes [`PythonTool::to_blob`] wrote.
+    pub fn from_blob(manifest: Manifest, blob: &[u8]) -> Result<PythonTool, String> {
+        let blob: PythonBlob =
+            serde_json::from_slice(blob).map_err(|e| format!("the stored Python tool is not readable: {e}"))?;
+        if manifest.kind != ToolKind::Python {
+            return Err(format!("`{}` is a {} tool, not a Python tool", manifest.name, manifest.kind));
+        }
+        Ok(PythonTool { manifest, code: blob.code, positional: blob.positional })
+    }
+
     /// Splits a JSON argument object into positional arguments and keyword arguments.
     pub fn split_args(&self, args: &Value) -> (Vec<Value>, Map<String, Value>) {
         let mut kwargs = args.as_object().cloned().unwrap_or_default();

@@ -1,0 +1,193 @@
+//! The HTTP listener: MCP's streamable HTTP transport at `/mcp`, and a small status API.
+//!
+//! - `POST|GET|DELETE /mcp`: streamable HTTP (sessions, so server notifications such as
+//!   `tools/list_changed` reach clients on their GET stream).
+//! - `GET /health`: `ok`, never authenticated (for load balancers and scripts).
+//! - `GET /status`: [`StatusReport`](super::StatusReport) as JSON.
+//!
+//! Protection for a server that runs tools on this machine:
+//! - a bearer token, required on `/mcp` and `/status` when set (and required to listen on
+//!   anything but a loopback address);
+//! - `Host` checked against the listening names (DNS rebinding), and a browser's `Origin` checked
+//!   against an allowlist (loopback origins by default);
+//! - a cap on request bodies.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use super::mcp::McpHandler;
+use super::{Daemon, DaemonError};
+
+/// How the HTTP listener is exposed.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Where to listen; port 0 picks a free port.
+    pub addr: SocketAddr,
+    /// Clients must send `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// `Host` values accepted besides the loopback names and the listening address.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins accepted besides `http://localhost:*` and `http://127.0.0.1:*`.
+    pub allowed_origins: Vec<String>,
+    /// Largest request body in bytes.
+    pub max_body_bytes: usize,
+    /// How long shutdown waits for running calls.
+    pub drain_timeout: Duration,
+}
+
+impl HttpOptions {
+    /// Loopback on `addr`'s port, no token, 4 MiB bodies.
+    pub fn new(addr: SocketAddr) -> HttpOptions {
+        HttpOptions {
+            addr,
+            token: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_body_bytes: 4 << 20,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A bound listener, ready to serve.
+#[derive(Debug)]
+pub struct HttpServer {
+    listener: tokio::net::TcpListener,
+    router: Router,
+    daemon: Daemon,
+    drain_timeout: Duration,
+}
+
+impl HttpServer {
+    /// Binds the listener. Refuses a non-loopback address without a token.
+    pub async fn bind(daemon: Daemon, options: HttpOptions) -> Result<HttpServer, DaemonError> {
+        if !options.addr.ip().is_loopback() && options.token.is_none() {
+            return Err(DaemonError::Config(format!(
+                "refusing to serve tools on {} without a bearer token: set --token-file (or TOOLSMITH_TOKEN), \
+                 or listen on 127.0.0.1",
+                options.addr
+            )));
+        }
+        if options.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(DaemonError::Config("the bearer token is empty".into()));
+        }
+        let listener = tokio::net::TcpListener::bind(options.addr)
+            .await
+            .map_err(|source| DaemonError::Io { context: format!("cannot listen on {}", options.addr), source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| DaemonError::Io { context: "cannot read the listening address".into(), source })?;
+
+        let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
+        hosts.push(local.ip().to_string());
+        hosts.extend(options.allowed_hosts.iter().cloned());
+        let mut origins: Vec<String> = vec!["http://localhost:*".into(), "http://127.0.0.1:*".into()];
+        origins.extend(options.allowed_origins.iter().cloned());
+        let config = StreamableHttpServerConfig::default()
+            .with_allowed_hosts(hosts)
+            .with_allowed_origins(origins)
+            .enforce_origin_validation()
+            .with_max_request_body_bytes(options.max_body_bytes)
+            .with_cancellation_token(daemon.shutdown_token().child_token());
+        let for_sessions = daemon.clone();
+        let mcp = StreamableHttpService::new(
+            move || Ok(McpHandler::new(for_sessions.clone())),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        let token: Option<Arc<str>> = options.token.as_deref().map(Arc::from);
+        let protected = Router::new()
+            .nest_service("/mcp", mcp)
+            .route("/status", get(status))
+            .route_layer(axum::middleware::from_fn_with_state(token, require_token))
+            .with_state(daemon.clone());
+        let router = Router::new()
+            .route("/health", get(|| async { "ok" }))
+            .merge(protected)
+            .layer(axum::extract::DefaultBodyLimit::max(options.max_body_bytes));
+        Ok(HttpServer { listener, router, daemon, drain_timeout: options.drain_timeout })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, DaemonError> {
+        self.listener
+            .local_addr()
+            .map_err(|source| DaemonError::Io { context: "cannot read the listening address".into(), source })
+    }
+
+    /// Serves until `stop` resolves; then running calls are finished (up to the drain timeout),
+    /// sessions are closed and the listener stops.
+    pub async fn serve(self, stop: impl Future<Output = ()> + Send + 'static) -> Result<(), DaemonError> {
+        let HttpServer { listener, router, daemon, drain_timeout } = self;
+        let token = daemon.shutdown_token();
+        let drainer = daemon.clone();
+        tokio::spawn(async move {
+            stop.await;
+            tracing::info!("shutting down: finishing running calls");
+            let left = drainer.drain(drain_timeout).await;
+            if left > 0 {
+                tracing::warn!(left, "calls still running at the end of the drain timeout");
+            }
+        });
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { token.cancelled().await })
+            .await
+            .map_err(|source| DaemonError::Io { context: "the HTTP server failed".into(), source })
+    }
+}
+
+async fn status(State(daemon): State<Daemon>) -> impl IntoResponse {
+    axum::Json(daemon.status().await)
+}
+
+async fn require_token(State(token): State<Option<Arc<str>>>, request: Request, next: Next) -> Response {
+    let Some(token) = token else {
+        return next.run(request).await;
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(presented.as_bytes(), token.as_bytes()) {
+        next.run(request).await
+    } else {
+        tracing::warn!(path = %request.uri().path(), "rejected a request without the bearer token");
+        (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "a valid bearer token is required\n")
+            .into_response()
+    }
+}
+
+/// Compares without an early exit, so response timing says nothing about the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for (i, x) in a.iter().enumerate() {
+        diff |= usize::from(x ^ b.get(i % b.len().max(1)).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn token_comparison_is_exact() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"secret"));
+        assert!(!constant_time_eq(b"secret", b""));
+    }
+}

@@ -1,0 +1,513 @@
+//! `toolsmith serve`: the tool graph served over the Model Context Protocol.
+//!
+//! A [`Daemon`] owns the registry, the sandbox and the call accounting; transports sit on top:
+//! [`mcp::McpHandler`] speaks MCP (through `rmcp`) over standard I/O or streamable HTTP, and
+//! [`http`] adds the HTTP listener with its bearer token, origin checks and status API.
+//!
+//! - `tools/list` pages through the registry (sorted by name, the cursor is the last name seen),
+//!   plus two meta tools: `search_tools` and `create_and_execute_mcp`.
+//! - `tools/call` runs a tool through validation and the sandbox on a blocking thread, at most
+//!   [`ServeOptions::concurrency`] at a time. The permit travels with the call, so a client that
+//!   goes away never frees a slot a still-running tool holds.
+//! - Any change to the registry's tool list, from this process or another, reaches every
+//!   connected client as `notifications/tools/list_changed` (a watcher follows the registry's
+//!   generation counter).
+
+pub mod http;
+pub mod mcp;
+mod meta;
+mod stats;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rmcp::model::Tool as McpTool;
+use rmcp::service::{Peer, RoleServer};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};
+use toolsmith_registry::{Registry, RegistryError};
+
+use crate::sandbox::Limits;
+use crate::toolbox::{Tool, Toolbox};
+pub use meta::{CREATE_TOOL, SEARCH_TOOL};
+use stats::Stats;
+pub use stats::StatusReport;
+
+/// What becomes of a tool an MCP client creates with `create_and_execute_mcp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Admission {
+    /// Registered in the tool graph at once (merged into a near-duplicate when there is one), so
+    /// every client sees it in `tools/list`.
+    Register,
+    /// Kept as a candidate of this server's run; admitting it is left to training
+    /// (`register_best`) or an operator.
+    Candidate,
+}
+
+/// How the daemon serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Calls that may run at once; more wait for a slot (up to their own deadline).
+    pub concurrency: usize,
+    /// Tools per `tools/list` page.
+    pub page_size: usize,
+    /// What `create_and_execute_mcp` does with a tool that works.
+    pub admission: Admission,
+    /// Deadline, memory and output caps of every call.
+    pub limits: Limits,
+    /// How often the registry is checked for changes made by other processes.
+    pub watch_interval: Duration,
+    /// The run that candidates are recorded against.
+    pub run: String,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            concurrency: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            page_size: 100,
+            admission: Admission::Register,
+            limits: Limits::default(),
+            watch_interval: Duration::from_millis(500),
+            run: format!("serve-{}", std::process::id()),
+        }
+    }
+}
+
+/// A page of `tools/list`.
+#[derive(Debug, Clone)]
+pub struct ToolPage {
+    /// The tools, in name order.
+    pub tools: Vec<McpTool>,
+    /// Where the next page starts, when there is one.
+    pub next_cursor: Option<String>,
+}
+
+/// The outcome of a `tools/call`, in MCP terms.
+#[derive(Debug, Clone)]
+pub struct CallReply {
+    /// The structured result (an object: see [`mcp_output`]) or the error envelope.
+    pub structured: Value,
+    /// A rendering for clients that show text.
+    pub text: String,
+    /// True when the call failed; `structured` is then `{"error": {...}}`.
+    pub is_error: bool,
+    /// Protocol-level metadata (e.g. what became of a created tool).
+    pub meta: Option<Map<String, Value>>,
+}
+
+impl CallReply {
+    fn ok(structured: Value) -> CallReply {
+        let text = serde_json::to_string(&structured).unwrap_or_default();
+        CallReply { structured, text, is_error: false, meta: None }
+    }
+
+    fn error(error: &StructuredError) -> CallReply {
+        CallReply { structured: error.to_envelope(), text: error.to_string(), is_error: true, meta: None }
+    }
+}
+
+/// The serving state: cheap to clone, shared by every session and transport.
+#[derive(Clone)]
+pub struct Daemon {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon").field("options", &self.shared.options).finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    registry: Mutex<Registry>,
+    toolbox: Toolbox,
+    /// Loaded tools by canonical name, with the version and blob they were loaded from.
+    loaded: Mutex<HashMap<String, Loaded>>,
+    /// The tool list as of a registry generation.
+    listing: Mutex<Option<(i64, Arc<Vec<McpTool>>)>>,
+    permits: Arc<Semaphore>,
+    options: ServeOptions,
+    stats: Stats,
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// The registry generation clients were last told about.
+    announced: AtomicI64,
+    shutdown: CancellationToken,
+    meta_tools: Vec<(Manifest, crate::validate::ToolSchemas)>,
+}
+
+struct Loaded {
+    version: String,
+    blob: Option<String>,
+    tool: Arc<Tool>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves consistent data behind (every critical
+    // section is a single read or replace), so serving goes on.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Errors that stop the daemon from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The registry failed.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// A listener could not be set up.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The options do not make sense.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl Daemon {
+    /// A daemon serving `registry`'s tools through `toolbox` (which should have the Python
+    /// runtime set, for Python tools and `create_and_execute_mcp`).
+    pub fn new(registry: Registry, toolbox: Toolbox, options: ServeOptions) -> Result<Daemon, DaemonError> {
+        if options.concurrency == 0 || options.page_size == 0 {
+            return Err(DaemonError::Config("concurrency and page size must be at least 1".into()));
+        }
+        let generation = registry.generation()?;
+        let meta_tools = meta::manifests()
+            .map_err(DaemonError::Config)?
+            .into_iter()
+            .map(|m| {
+                let schemas = crate::validate::ToolSchemas::compile(&m.input_schema, &m.output_schema)
+                    .map_err(|e| DaemonError::Config(format!("meta tool `{}`: {e}", m.name)))?;
+                Ok((m, schemas))
+            })
+            .collect::<Result<_, DaemonError>>()?;
+        Ok(Daemon {
+            shared: Arc::new(Shared {
+                registry: Mutex::new(registry),
+                toolbox,
+                loaded: Mutex::new(HashMap::new()),
+                listing: Mutex::new(None),
+                permits: Arc::new(Semaphore::new(options.concurrency)),
+                stats: Stats::new(),
+                peers: Mutex::new(Vec::new()),
+                announced: AtomicI64::new(generation),
+                shutdown: CancellationToken::new(),
+                meta_tools,
+                options,
+            }),
+        })
+    }
+
+    /// The options served with.
+    pub fn options(&self) -> &ServeOptions {
+        &self.shared.options
+    }
+
+    /// Cancelled when the daemon shuts down; transports stop on it.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shared.shutdown.clone()
+    }
+
+    /// Runs `f` on the registry on a blocking thread.
+    async fn with_registry<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Registry) -> Result<T, RegistryError> + Send + 'static,
+    ) -> Result<T, RegistryError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || f(&mut lock(&shared.registry)))
+            .await
+            .unwrap_or_else(|e| Err(RegistryError::Invalid(format!("a registry task failed: {e}"))))
+    }
+
+    /// One page of the tool list, starting after `cursor` (a tool name).
+    pub async fn list_tools(&self, cursor: Option<&str>) -> Result<ToolPage, RegistryError> {
+        let all = self.all_tools().await?;
+        let start = match cursor {
+            None => 0,
+            Some(after) => all.partition_point(|t| t.name.as_ref() <= after),
+        };
+        let end = (start + self.shared.options.page_size).min(all.len());
+        let tools = all[start..end].to_vec();
+        let next_cursor = (end < all.len()).then(|| tools.last().map(|t| t.name.to_string())).flatten();
+        Ok(ToolPage { tools, next_cursor })
+    }
+
+    /// Every served tool (meta tools and the registry's), sorted by name; rebuilt only when the
+    /// registry's generation moves.
+    async fn all_tools(&self) -> Result<Arc<Vec<McpTool>>, RegistryError> {
+        let shared = self.shared.clone();
+        self.with_registry(move |registry| {
+            let generation = registry.generation()?;
+            if let Some((g, tools)) = lock(&shared.listing).as_ref()
+                && *g == generation
+            {
+                return Ok(tools.clone());
+            }
+            let mut tools: Vec<McpTool> = Vec::new();
+            for (manifest, _) in &shared.meta_tools {
+                tools.extend(mcp_tool(manifest));
+            }
+            for record in registry.list(toolsmith_registry::SortBy::Name)? {
+                if shared.meta_tools.iter().any(|(m, _)| m.name == record.manifest.name) {
+                    tracing::warn!(tool = %record.name, "a registry tool is shadowed by the meta tool of that name");
+                    continue;
+                }
+                tools.extend(mcp_tool(&record.manifest));
+            }
+            tools.sort_by(|a, b| a.name.cmp(&b.name));
+            let tools = Arc::new(tools);
+            *lock(&shared.listing) = Some((generation, tools.clone()));
+            Ok(tools)
+        })
+        .await
+    }
+
+    /// Calls a tool: a meta tool, or a registry tool through validation and the sandbox. Every
+    /// failure is a [`CallReply`] with `is_error`, never a protocol error.
+    pub async fn call(&self, name: &str, args: Value) -> CallReply {
+        let started = Instant::now();
+        let reply = match self.shared.meta_tools.iter().position(|(m, _)| m.name.as_str() == name) {
+            Some(i) => {
+                let (manifest, schemas) = &self.shared.meta_tools[i];
+                match schemas.check_args(manifest.name.as_str(), &args) {
+                    Err(e) => CallReply::error(&e),
+                    Ok(()) => meta::call(self, manifest.name.as_str(), args).await,
+                }
+            }
+            None => self.call_registry_tool(name, args).await,
+        };
+        let kind = reply.is_error.then(|| error_kind(&reply.structured).map_or("unknown", |k| k.as_str()));
+        self.shared.stats.record(kind, started.elapsed());
+        tracing::info!(
+            tool = name,
+            ok = !reply.is_error,
+            error = kind,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "tools/call"
+        );
+        reply
+    }
+
+    async fn call_registry_tool(&self, name: &str, args: Value) -> CallReply {
+        // Wait for a slot, but never longer than the call itself may take.
+        let limits = self.shared.options.limits;
+        let permit = match tokio::time::timeout(limits.timeout, self.shared.permits.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => {
+                return CallReply::error(&StructuredError::new(ErrorKind::Busy, name, "the server is shutting down"));
+            }
+            Err(_) => {
+                return CallReply::error(
+                    &StructuredError::new(
+                        ErrorKind::Busy,
+                        name,
+                        format!(
+                            "all {} call slots stayed busy for {:?}",
+                            self.shared.options.concurrency, limits.timeout
+                        ),
+                    )
+                    .with_hint("retry the call later"),
+                );
+            }
+        };
+        let shared = self.shared.clone();
+        let name = name.to_owned();
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit; // held until the tool has finished, whatever the client does
+            let _in_flight = shared.stats.start();
+            let outcome = shared.load(&name).and_then(|tool| {
+                let out = shared.toolbox.call_tool(&tool, &args, limits);
+                let recorded = lock(&shared.registry).record_call(tool.name(), out.is_ok(), None);
+                if let Err(e) = recorded {
+                    tracing::warn!(tool = tool.name(), "cannot record the call: {e}");
+                }
+                out.map(|o| (tool, o.value))
+            });
+            match outcome {
+                Ok((tool, value)) => CallReply::ok(mcp_output(&tool.manifest, value)),
+                Err(e) => CallReply::error(&e),
+            }
+        });
+        task.await.unwrap_or_else(|e| {
+            CallReply::error(&StructuredError::new(ErrorKind::Trap, "", format!("the call's host task failed: {e}")))
+        })
+    }
+
+    /// Waits until every running call has finished (or `timeout` passed), then stops new calls
+    /// and cancels the shutdown token. Returns how many calls were still running at the end.
+    pub async fn drain(&self, timeout: Duration) -> usize {
+        let all = self.shared.options.concurrency as u32;
+        let drained = tokio::time::timeout(timeout, self.shared.permits.acquire_many(all)).await;
+        let left = match drained {
+            Ok(Ok(permits)) => {
+                permits.forget();
+                0
+            }
+            _ => self.shared.stats.in_flight(),
+        };
+        self.shared.permits.close();
+        self.shared.shutdown.cancel();
+        left
+    }
+
+    /// Remembers a connected client, to tell it when the tool list changes.
+    pub fn add_peer(&self, peer: Peer<RoleServer>) {
+        lock(&self.shared.peers).push(peer);
+    }
+
+    /// Tells every connected client that the tool list changed, if it did since the last time.
+    pub async fn announce_changes(&self) {
+        let generation = match self.with_registry(|r| r.generation()).await {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::warn!("cannot read the registry generation: {e}");
+                return;
+            }
+        };
+        let before = self.shared.announced.swap(generation, Ordering::SeqCst);
+        if before == generation {
+            return;
+        }
+        let peers: Vec<_> = lock(&self.shared.peers).clone();
+        let mut gone = Vec::new();
+        for (i, peer) in peers.iter().enumerate() {
+            if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
+                gone.push(i);
+            }
+        }
+        tracing::info!(generation, clients = peers.len() - gone.len(), "tools/list_changed");
+        if !gone.is_empty() {
+            let mut current = lock(&self.shared.peers);
+            current.retain(|p| !p.is_transport_closed());
+        }
+    }
+
+    /// Follows the registry for changes made anywhere until shutdown.
+    pub fn spawn_watcher(&self) -> tokio::task::JoinHandle<()> {
+        let daemon = self.clone();
+        tokio::spawn(async move {
+            let token = daemon.shutdown_token();
+            let mut tick = tokio::time::interval(daemon.shared.options.watch_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => break,
+                    _ = tick.tick() => daemon.announce_changes().await,
+                }
+            }
+        })
+    }
+
+    /// Health and counters, for the status API.
+    pub async fn status(&self) -> StatusReport {
+        let tools = self.with_registry(|r| r.len()).await.ok();
+        let sessions = {
+            let mut peers = lock(&self.shared.peers);
+            peers.retain(|p| !p.is_transport_closed());
+            peers.len()
+        };
+        self.shared.stats.report(tools, self.shared.options.concurrency, sessions)
+    }
+
+    fn toolbox(&self) -> &Toolbox {
+        &self.shared.toolbox
+    }
+}
+
+impl Shared {
+    /// The runnable tool for `name` (or an alias of it), loaded once per version.
+    fn load(&self, name: &str) -> Result<Arc<Tool>, StructuredError> {
+        let (record, blob) = {
+            let registry = lock(&self.registry);
+            let record = match registry.get(name) {
+                Ok(r) => r,
+                Err(RegistryError::NotFound(_)) => return Err(not_found(&registry, name)),
+                Err(e) => return Err(StructuredError::new(ErrorKind::NotFound, name, e.to_string())),
+            };
+            let fresh = lock(&self.loaded)
+                .get(&record.name)
+                .filter(|l| l.version == record.version && l.blob == record.blob_hash)
+                .map(|l| l.tool.clone());
+            if let Some(tool) = fresh {
+                return Ok(tool);
+            }
+            let blob = match &record.blob_hash {
+                Some(h) => registry
+                    .blob(h)
+                    .map_err(|e| StructuredError::new(ErrorKind::InvalidComponent, name, e.to_string()))?,
+                None => None,
+            };
+            (record, blob)
+        };
+        // Compiling (or mapping the cached compilation) happens outside the registry lock.
+        let tool = self.toolbox.load_stored(&record.manifest, blob.as_deref())?;
+        lock(&self.loaded).insert(
+            record.name.clone(),
+            Loaded { version: record.version.clone(), blob: record.blob_hash.clone(), tool: tool.clone() },
+        );
+        Ok(tool)
+    }
+}
+
+fn not_found(registry: &Registry, name: &str) -> StructuredError {
+    let mut error = StructuredError::new(ErrorKind::NotFound, name, format!("no tool is called `{name}`"));
+    let names = registry.list(toolsmith_registry::SortBy::Name).unwrap_or_default();
+    let closest = names
+        .iter()
+        .map(|r| (strsim::jaro_winkler(name, &r.name), &r.name))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    error = match closest {
+        Some((_, near)) => error.with_hint(format!("did you mean `{near}`? `tools/list` has every name")),
+        None => error.with_hint(format!("find tools with `{SEARCH_TOOL}` or list them with `tools/list`")),
+    };
+    error
+}
+
+fn error_kind(envelope: &Value) -> Option<ErrorKind> {
+    envelope.pointer("/error/kind").and_then(Value::as_str).and_then(ErrorKind::parse)
+}
+
+/// Whether MCP sees this tool's output as it is: MCP's `outputSchema` and `structuredContent`
+/// must be objects, so any other result is wrapped as `{"result": value}`.
+fn wraps_output(manifest: &Manifest) -> bool {
+    manifest.output_schema.get("type").and_then(Value::as_str) != Some("object")
+}
+
+/// A tool's result as MCP `structuredContent`.
+pub fn mcp_output(manifest: &Manifest, value: Value) -> Value {
+    if wraps_output(manifest) { json!({ "result": value }) } else { value }
+}
+
+/// A manifest as an MCP tool (see [`Manifest::to_mcp_tool`]), with the output schema wrapped
+/// like [`mcp_output`] wraps results. `None` (and a warning) when it does not convert.
+pub fn mcp_tool(manifest: &Manifest) -> Option<McpTool> {
+    let mut value = manifest.to_mcp_tool();
+    if wraps_output(manifest) {
+        value["outputSchema"] = json!({
+            "type": "object",
+            "properties": { "result": manifest.output_schema },
+            "required": ["result"],
+        });
+    }
+    if manifest.kind == ToolKind::Simulated {
+        // Listed so clients can see the interface, but marked: there is nothing here to run.
+        value["annotations"] = json!({ "title": format!("{} (simulated: interface only)", manifest.name) });
+    }
+    match serde_json::from_value(value) {
+        Ok(tool) => Some(tool),
+        Err(e) => {
+            tracing::warn!(tool = %manifest.name, "not served over MCP: {e}");
+            None
+        }
+    }
+}

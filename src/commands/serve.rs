@@ -1,0 +1,173 @@
+//! `toolsmith serve`: the tool graph over MCP (stdio and/or streamable HTTP) with a status API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use toolsmith_host::Limits;
+use toolsmith_host::daemon::http::{HttpOptions, HttpServer};
+use toolsmith_host::daemon::{Admission, Daemon, ServeOptions, mcp};
+
+use super::Env;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Serve MCP on standard input and output (for clients that spawn the server).
+    #[arg(long)]
+    pub stdio: bool,
+    /// Serve MCP over streamable HTTP at http://ADDR/mcp, with /status and /health beside it.
+    /// The default when --stdio is not given: 127.0.0.1:8750.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// A file holding the bearer token HTTP clients must send (required off loopback). The
+    /// TOOLSMITH_TOKEN environment variable works too; a file keeps it out of `ps`.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Also accept this Host header (a name, or name:port), e.g. when behind a proxy.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
+    /// Also accept browsers from this origin (scheme://host[:port], `:*` for any port).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// Calls that may run at once [default: number of cores].
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Tools per tools/list page.
+    #[arg(long, default_value_t = 100)]
+    pub page_size: usize,
+    /// What create_and_execute_mcp does with a tool that works.
+    #[arg(long, value_enum, default_value = "register")]
+    pub admission: AdmissionArg,
+    /// Deadline of one call in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// Memory cap of one call in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub memory_mb: usize,
+    /// Largest HTTP request body in KiB.
+    #[arg(long, default_value_t = 4096)]
+    pub max_request_kb: usize,
+    /// Seconds shutdown waits for running calls.
+    #[arg(long, default_value_t = 30)]
+    pub drain_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum AdmissionArg {
+    /// Register it in the tool graph at once.
+    Register,
+    /// Keep it as a candidate of this server's run.
+    Candidate,
+}
+
+pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
+    let registry = env.registry()?;
+    let toolbox = env.toolbox()?;
+    match env.python_runtime(toolbox.sandbox()) {
+        Ok(runtime) => toolbox.set_python(runtime),
+        Err(e) => tracing::warn!("Python tools and create_and_execute_mcp are unavailable: {e:#}"),
+    }
+    let defaults = ServeOptions::default();
+    let options = ServeOptions {
+        concurrency: args.concurrency.unwrap_or(defaults.concurrency),
+        page_size: args.page_size,
+        admission: match args.admission {
+            AdmissionArg::Register => Admission::Register,
+            AdmissionArg::Candidate => Admission::Candidate,
+        },
+        limits: Limits {
+            timeout: Duration::from_millis(args.timeout_ms),
+            memory_bytes: args.memory_mb.saturating_mul(1 << 20),
+            ..Limits::default()
+        },
+        ..defaults
+    };
+    let daemon = Daemon::new(registry, toolbox, options)?;
+    let token = read_token(&args)?;
+    let http = match (args.stdio, args.http) {
+        (true, None) => None,
+        (_, addr) => Some(addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8750)))),
+    };
+    let drain = Duration::from_secs(args.drain_secs);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
+    runtime.block_on(async move {
+        let _watcher = daemon.spawn_watcher();
+        let http_task = match http {
+            Some(addr) => {
+                let options = HttpOptions {
+                    token,
+                    allowed_hosts: args.allow_hosts,
+                    allowed_origins: args.allow_origins,
+                    max_body_bytes: args.max_request_kb.saturating_mul(1024),
+                    drain_timeout: drain,
+                    ..HttpOptions::new(addr)
+                };
+                let server = HttpServer::bind(daemon.clone(), options).await?;
+                let local = server.local_addr()?;
+                // Scripts (and the tests) read this line to find the port.
+                eprintln!("toolsmith serve: MCP on http://{local}/mcp, status on http://{local}/status");
+                Some(tokio::spawn(server.serve(shutdown_signal())))
+            }
+            None => None,
+        };
+        if args.stdio {
+            let stdio = mcp::serve_stdio(daemon.clone());
+            tokio::select! {
+                done = stdio => done?,
+                _ = shutdown_signal() => {}
+            }
+            // The client is gone (or we were told to stop): finish running calls, then stop
+            // every transport.
+            daemon.drain(drain).await;
+        }
+        if let Some(task) = http_task {
+            task.await.context("the HTTP server task failed")??;
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_token(args: &ServeArgs) -> Result<Option<String>> {
+    let token = match &args.token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the token file {}", path.display()))?
+                .trim()
+                .to_owned(),
+        ),
+        None => std::env::var("TOOLSMITH_TOKEN").ok().map(|t| t.trim().to_owned()),
+    };
+    if token.as_deref() == Some("") {
+        bail!("the bearer token is empty");
+    }
+    Ok(token)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutdown requested");
+}
