@@ -145,15 +145,8 @@ fn create_admit_and_call_a_python_tool_by_name() {
     let code = dir.path().join("area.py");
     std::fs::write(&code, "def circle_area(r: float) -> float:\n    import math\n    return math.pi * r * r\n")
         .expect("write");
-    let tools = dir.path().join("tools");
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_toolsmith"))
-            .args(args)
-            .env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
-            .env("TOOLSMITH_TOOLS_DIR", &tools)
-            .output()
-            .expect("run toolsmith")
-    };
+    let registry = dir.path().join("registry.db");
+    let run = |args: &[&str]| toolsmith_in(&registry, args);
     let code = code.to_str().expect("utf-8");
     let out = run(&[
         "create",
@@ -189,12 +182,18 @@ fn create_admit_and_call_a_python_tool_by_name() {
     let result = stdout_json(&out);
     assert_eq!(result["creation_success"], false);
     assert!(result["error"].as_str().is_some_and(|e| e.contains("SyntaxError")), "{result}");
-    // A corrupt file in the store is reported and left alone; the other tools still load.
-    std::fs::write(tools.join("corrupt.json"), "{not json").expect("write");
-    let out = run(&["call", "circle_area", "--args", r#"{"r": 1}"#]);
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("corrupt.json"));
-    assert_eq!(std::fs::read_to_string(tools.join("corrupt.json")).expect("kept"), "{not json");
+    // The admitted tool is a node of the tool graph, with its calls counted.
+    let listed = stdout_json(&run(&["tools", "list", "--json"]));
+    let tool =
+        listed.as_array().expect("list").iter().find(|t| t["name"] == "circle_area").expect("registered").clone();
+    assert_eq!(tool["kind"], "python");
+    assert_eq!(tool["stats"]["usage_count"], 2);
+    assert_eq!(tool["stats"]["success_count"], 1);
+    // A near miss gets a suggestion.
+    let out = run(&["call", "circle_aera", "--args", "{}"]);
+    let e = &stdout_json(&out)["error"];
+    assert_eq!(e["kind"], "not_found");
+    assert!(e["hint"].as_str().is_some_and(|h| h.contains("circle_area")), "{e}");
 }
 
 #[test]
@@ -300,4 +299,33 @@ fn a_corrupt_or_foreign_registry_is_a_clear_error() {
     let out = toolsmith_in(&reg, &["tools", "import", bad_import.to_str().expect("utf8")]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("import line 2"));
+}
+
+#[test]
+fn tools_export_as_openai_functions_and_mcp_tools() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = dir.path().join("registry.db");
+    let functions = stdout_json(&toolsmith_in(&registry, &["tools", "export", "--format", "openai"]));
+    let functions = functions.as_array().expect("an array");
+    assert_eq!(functions.len(), 4, "the bundled tools");
+    for f in functions {
+        assert_eq!(f["type"], "function");
+        assert_eq!(f["function"]["parameters"]["type"], "object", "{f}");
+        assert!(f["function"]["description"].as_str().is_some_and(|d| !d.is_empty()));
+    }
+    let names: Vec<&str> = functions.iter().filter_map(|f| f["function"]["name"].as_str()).collect();
+    assert_eq!(names, ["calculator", "json_query", "text", "units"]);
+
+    let out = dir.path().join("tools.json");
+    ok(&toolsmith_in(&registry, &["tools", "export", "--format", "mcp", "--out", out.to_str().expect("utf-8")]));
+    let listed: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("written")).expect("JSON");
+    let tools = listed["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), 4);
+    for tool in tools {
+        assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
+        assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");
+        // What MCP lists reads back as the manifest the registry holds.
+        let manifest = toolsmith_contract::Manifest::from_mcp_tool(tool).expect("a manifest");
+        assert_eq!(manifest.kind, toolsmith_contract::ToolKind::Plugin);
+    }
 }

@@ -44,10 +44,16 @@ pub enum ToolsCommand {
     Merge { a: String, b: String },
     /// Remove a tool with its edges and aliases.
     Remove { name: String },
-    /// Write the registry as JSON lines (to stdout, or --out).
+    /// Write the registry as JSON lines (to stdout, or --out); or its tools as OpenAI function
+    /// definitions or an MCP tools/list result.
     Export {
         #[arg(long, short)]
         out: Option<PathBuf>,
+        /// `jsonl`: everything (tools, code, edges, aliases, candidates), for `import`.
+        /// `openai`: a JSON array of `{"type": "function", ...}` definitions.
+        /// `mcp`: `{"tools": [...]}` as `toolsmith serve` lists them.
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExportFormat,
     },
     /// Read JSON lines written by `export` (a file, or - for stdin); all or nothing.
     Import { path: PathBuf },
@@ -138,6 +144,31 @@ pub fn spinner(message: &str) -> ProgressBar {
 }
 
 /// Opens the registry; a new one gets the bundled tools registered.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    Jsonl,
+    Openai,
+    Mcp,
+}
+
+fn export(r: &Registry, format: ExportFormat, out: &mut dyn std::io::Write) -> Result<()> {
+    let tools = || r.list(SortBy::Name);
+    let document = match format {
+        ExportFormat::Jsonl => return Ok(r.export(out)?),
+        ExportFormat::Openai => {
+            serde_json::Value::Array(tools()?.iter().map(|t| t.manifest.to_openai_function()).collect())
+        }
+        ExportFormat::Mcp => {
+            let listed: Vec<_> =
+                tools()?.iter().filter_map(|t| toolsmith_host::daemon::mcp_tool(&t.manifest)).collect();
+            serde_json::json!({ "tools": listed })
+        }
+    };
+    serde_json::to_writer_pretty(&mut *out, &document)?;
+    writeln!(out)?;
+    Ok(())
+}
+
 pub fn open_registry(env: &Env) -> Result<Registry> {
     env.registry()
 }
@@ -240,14 +271,14 @@ pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
             r.remove(&name)?;
             println!("removed `{name}`");
         }
-        ToolsCommand::Export { out } => match out {
+        ToolsCommand::Export { out, format } => match out {
             Some(path) => {
                 // Write beside the target and rename: a failed export never leaves half a file.
                 let tmp = path.with_extension("partial");
                 let mut file = std::io::BufWriter::new(
                     std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?,
                 );
-                r.export(&mut file)?;
+                export(&r, format, &mut file)?;
                 file.flush()?;
                 drop(file);
                 std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
@@ -256,7 +287,7 @@ pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
             None => {
                 let stdout = std::io::stdout();
                 let mut lock = stdout.lock();
-                r.export(&mut lock)?;
+                export(&r, format, &mut lock)?;
             }
         },
         ToolsCommand::Import { path } => {

@@ -106,8 +106,12 @@ impl HttpServer {
             config,
         );
         let token: Option<Arc<str>> = options.token.as_deref().map(Arc::from);
-        let protected = Router::new()
+        let limit = options.max_body_bytes;
+        let mcp = Router::new()
             .nest_service("/mcp", mcp)
+            .route_layer(axum::middleware::from_fn(move |r, n| check_json_rpc(limit, r, n)));
+        let protected = Router::new()
+            .merge(mcp)
             .route("/status", get(status))
             .route_layer(axum::middleware::from_fn_with_state(token, require_token))
             .with_state(daemon.clone());
@@ -148,6 +152,28 @@ impl HttpServer {
 
 async fn status(State(daemon): State<Daemon>) -> impl IntoResponse {
     axum::Json(daemon.status().await)
+}
+
+/// Answers a POST body that is not a JSON-RPC message with a JSON-RPC error (HTTP 400), the
+/// same reply a stdio client gets, instead of the transport's plain-text rejection.
+async fn check_json_rpc(limit: usize, request: Request, next: Next) -> Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body exceeds {limit} bytes\n"))
+                .into_response();
+        }
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    if let Err(reply) = super::mcp::check_message(&text) {
+        tracing::warn!("rejected a malformed JSON-RPC message over HTTP");
+        return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], reply).into_response();
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
 
 async fn require_token(State(token): State<Option<Arc<str>>>, request: Request, next: Next) -> Response {

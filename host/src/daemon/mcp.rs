@@ -80,9 +80,79 @@ impl ServerHandler for McpHandler {
 /// Serves MCP over standard input and output until the client closes it (or the daemon shuts
 /// down); calls still running then are finished first.
 pub async fn serve_stdio(daemon: Daemon) -> Result<(), DaemonError> {
+    serve_lines(daemon, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Serves MCP over a line-delimited stream. Lines that are not JSON-RPC messages get a JSON-RPC
+/// error (`-32700` parse error, `-32600` invalid request) instead of silence, and the session
+/// goes on.
+pub async fn serve_lines<R, W>(daemon: Daemon, input: R, output: W) -> Result<(), DaemonError>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
     let token = daemon.shutdown_token();
-    let running = McpHandler::new(daemon.clone()).serve(rmcp::transport::stdio()).await.map_err(|e| {
-        DaemonError::Io { context: "MCP handshake on standard input".into(), source: std::io::Error::other(e) }
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let (from_server, mut to_server) = tokio::io::split(ours);
+    let (lines_tx, mut lines_rx) = tokio::sync::mpsc::channel::<String>(64);
+
+    // Everything written to `output` goes through one task, a whole line at a time.
+    let writer = tokio::spawn(async move {
+        let mut output = output;
+        while let Some(line) = lines_rx.recv().await {
+            if output.write_all(line.as_bytes()).await.is_err() || output.write_all(b"\n").await.is_err() {
+                break;
+            }
+            let _ = output.flush().await;
+        }
+    });
+    let server_out = lines_tx.clone();
+    let relay_out = tokio::spawn(async move {
+        let mut lines = BufReader::new(from_server).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if server_out.send(line).await.is_err() {
+                break;
+            }
+        }
+    });
+    let relay_in = tokio::spawn(async move {
+        let mut lines = BufReader::new(input).lines();
+        loop {
+            let line = match lines.next_line().await {
+                Ok(Some(line)) => line,
+                Ok(None) => break,
+                Err(e) => {
+                    // Not UTF-8 (or a broken pipe): say so and read on.
+                    let _ = lines_tx.send(rpc_error(Value::Null, -32700, &format!("unreadable input: {e}"))).await;
+                    continue;
+                }
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            match check_message(&line) {
+                Ok(()) => {
+                    if to_server.write_all(line.as_bytes()).await.is_err() || to_server.write_all(b"\n").await.is_err()
+                    {
+                        break;
+                    }
+                }
+                Err(reply) => {
+                    tracing::warn!("rejected a malformed message on standard input");
+                    if lines_tx.send(reply).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to_server.shutdown().await;
+    });
+
+    let running = McpHandler::new(daemon.clone()).serve(theirs).await.map_err(|e| DaemonError::Io {
+        context: "MCP handshake on standard input".into(),
+        source: std::io::Error::other(e),
     })?;
     let closer = running.cancellation_token();
     tokio::select! {
@@ -93,5 +163,53 @@ pub async fn serve_stdio(daemon: Daemon) -> Result<(), DaemonError> {
         }
         _ = token.cancelled() => closer.cancel(),
     }
+    relay_in.abort();
+    let _ = relay_out.await;
+    let _ = writer.await;
     Ok(())
+}
+
+/// `Ok` for something shaped like a JSON-RPC 2.0 message; otherwise the error reply to send.
+pub(super) fn check_message(line: &str) -> Result<(), String> {
+    let value: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => return Err(rpc_error(Value::Null, -32700, &format!("parse error: {e}"))),
+    };
+    let Some(object) = value.as_object() else {
+        let what = if value.is_array() { "batches are not supported by MCP" } else { "a message must be an object" };
+        return Err(rpc_error(Value::Null, -32600, &format!("invalid request: {what}")));
+    };
+    let id = object.get("id").cloned().unwrap_or(Value::Null);
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(rpc_error(id, -32600, "invalid request: \"jsonrpc\" must be \"2.0\""));
+    }
+    let is_request = object.get("method").is_some_and(Value::is_string);
+    let is_response = object.contains_key("result") || object.contains_key("error");
+    if !is_request && !is_response {
+        return Err(rpc_error(id, -32600, "invalid request: no \"method\" (or \"result\"/\"error\")"));
+    }
+    Ok(())
+}
+
+fn rpc_error(id: Value, code: i64, message: &str) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_message;
+
+    #[test]
+    fn malformed_lines_get_json_rpc_errors() {
+        assert!(check_message(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).is_ok());
+        assert!(check_message(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#).is_ok());
+        let parse = check_message("not json").unwrap_err();
+        assert!(parse.contains("-32700"), "{parse}");
+        let batch = check_message("[1, 2]").unwrap_err();
+        assert!(batch.contains("-32600") && batch.contains("batches"), "{batch}");
+        let version = check_message(r#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#).unwrap_err();
+        assert!(version.contains("-32600") && version.contains("\"id\":7"), "{version}");
+        let nothing = check_message(r#"{"jsonrpc":"2.0","id":8}"#).unwrap_err();
+        assert!(nothing.contains("method"), "{nothing}");
+    }
 }

@@ -1,0 +1,409 @@
+//! `toolsmith serve` end to end: a real third-party MCP client (the Python `mcp` SDK from PyPI,
+//! in a virtual environment that `scripts/mcp-client-env.sh` creates and caches) over stdio and
+//! streamable HTTP, and raw HTTP/stdio for the bad-input cases no well-behaved client produces.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn toolsmith() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolsmith"));
+    cmd.env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"));
+    cmd
+}
+
+/// The Python interpreter of the client's virtual environment (created once, then cached).
+fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = Command::new(Path::new(ROOT).join("scripts/mcp-client-env.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/mcp-client-env.sh");
+        assert!(out.status.success(), "scripts/mcp-client-env.sh failed: the MCP client venv needs PyPI");
+        let text = String::from_utf8_lossy(&out.stdout);
+        PathBuf::from(text.lines().last().expect("the script prints the interpreter").trim())
+    })
+}
+
+/// Runs `tests/mcp/client.py` and returns its JSON report.
+fn python_client(args: &[&str]) -> (Output, Value) {
+    let out = Command::new(python())
+        .arg(Path::new(ROOT).join("tests/mcp/client.py"))
+        .args(args)
+        .env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
+        .output()
+        .expect("run the Python MCP client");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client printed no report ({e})\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, report)
+}
+
+fn assert_scenario_passed(out: &Output, report: &Value) {
+    assert!(
+        out.status.success() && report["ok"] == true,
+        "the MCP client's checks failed: {}\nstderr: {}",
+        serde_json::to_string_pretty(&report["failures"]).unwrap_or_default(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The pieces the issue names, read back from what the client saw.
+    assert_eq!(report["notifications"], json!(["notifications/tools/list_changed"]), "{report}");
+    assert_eq!(report["steps"]["calculator"]["structuredContent"], json!({"value": 14.0}));
+    assert_eq!(report["steps"]["create_and_execute_mcp"]["structuredContent"]["creation_success"], true);
+    assert_eq!(report["steps"]["bad_args"]["kind"], "invalid_args");
+    let found = report["steps"]["search_tools"]["names"].as_array().expect("names");
+    assert!(found.contains(&json!("calculator")), "{found:?}");
+}
+
+/// A server on an ephemeral loopback port; killed on drop.
+struct HttpServer {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl HttpServer {
+    fn start(extra: &[&str]) -> HttpServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut child = toolsmith()
+            .arg("--registry")
+            .arg(dir.path().join("registry.db"))
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start toolsmith serve");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let base = loop {
+            let line = lines.next().expect("the server exited before listening").expect("stderr");
+            if let Some(rest) = line.split("MCP on ").nth(1) {
+                break rest.split("/mcp").next().expect("url").to_owned();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        HttpServer { child, base, _dir: dir }
+    }
+
+    fn mcp(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+}
+
+#[test]
+fn python_sdk_client_over_stdio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = dir.path().join("registry.db");
+    let registry = registry.to_str().expect("utf-8");
+    let bin = env!("CARGO_BIN_EXE_toolsmith");
+    let (out, report) = python_client(&[
+        "--min-pages",
+        "3",
+        "stdio",
+        "--",
+        bin,
+        "--registry",
+        registry,
+        "serve",
+        "--stdio",
+        "--page-size",
+        "2",
+    ]);
+    assert_scenario_passed(&out, &report);
+    // The created tool is a node of the graph, visible to the next process.
+    let listed = toolsmith().args(["--registry", registry, "tools", "show", "hypotenuse"]).output().expect("run");
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("(python)"));
+}
+
+#[test]
+fn python_sdk_client_over_streamable_http_with_a_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "correct horse\n").expect("write token");
+    let server = HttpServer::start(&["--page-size", "2", "--token-file", token_file.to_str().expect("utf-8")]);
+    let (out, report) = python_client(&["--min-pages", "3", "http", &server.mcp(), "--token", "correct horse"]);
+    assert_scenario_passed(&out, &report);
+
+    // Without the token the client gets nowhere, and says why.
+    let (out, report) = python_client(&["--timeout", "20", "http", &server.mcp(), "--token", "wrong"]);
+    assert!(!out.status.success());
+    assert!(report["failures"].to_string().contains("401"), "{report}");
+
+    // The status API counts what happened, behind the same token; health is open.
+    let status = curl(&server, &["-H", "Authorization: Bearer correct horse", &format!("{}/status", server.base)]);
+    let status: Value = serde_json::from_str(&status.body).expect("status JSON");
+    assert_eq!(status["status"], "ok");
+    assert_eq!(status["tools"], 5, "4 bundled tools and the created one: {status}");
+    assert!(status["calls_served"].as_u64().expect("count") >= 6, "{status}");
+    assert_eq!(status["failures_by_kind"]["invalid_args"], 1, "{status}");
+    assert!(status["uptime_s"].as_f64().expect("uptime") > 0.0);
+    assert_eq!(curl(&server, &[&format!("{}/status", server.base)]).status, 401);
+    assert_eq!(curl(&server, &[&format!("{}/health", server.base)]).body.trim(), "ok");
+}
+
+struct Reply {
+    status: u16,
+    headers: String,
+    body: String,
+}
+
+/// One HTTP exchange with curl (present wherever the setup script ran).
+fn curl(_server: &HttpServer, args: &[&str]) -> Reply {
+    let out = Command::new("curl").args(["-sS", "-D", "-", "--max-time", "60"]).args(args).output().expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (headers, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = headers.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Reply { status, headers: headers.to_owned(), body: body.to_owned() }
+}
+
+/// A raw MCP session over HTTP: initialize, then JSON-RPC requests with the session id.
+struct Session<'a> {
+    server: &'a HttpServer,
+    id: String,
+}
+
+const ACCEPT: &str = "Accept: application/json, text/event-stream";
+const JSON: &str = "Content-Type: application/json";
+
+impl<'a> Session<'a> {
+    fn open(server: &'a HttpServer) -> Session<'a> {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+        let reply = curl(server, &["-H", ACCEPT, "-H", JSON, "-d", &init.to_string(), &server.mcp()]);
+        assert_eq!(reply.status, 200, "{}{}", reply.headers, reply.body);
+        let id = reply
+            .headers
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("mcp-session-id:").map(|_| l[15..].trim().to_owned()))
+            .expect("a session id");
+        let session = Session { server, id };
+        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        session.post(&done.to_string());
+        session
+    }
+
+    fn post(&self, body: &str) -> Reply {
+        let header = format!("Mcp-Session-Id: {}", self.id);
+        let version = "Mcp-Protocol-Version: 2025-06-18";
+        curl(self.server, &["-H", ACCEPT, "-H", JSON, "-H", &header, "-H", version, "-d", body, &self.server.mcp()])
+    }
+
+    /// A request's JSON-RPC response (from a JSON body or the SSE stream).
+    fn request(&self, id: u64, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let reply = self.post(&body.to_string());
+        sse_message(&reply.body, id)
+            .unwrap_or_else(|| panic!("no response to {method}: {}{}", reply.headers, reply.body))
+    }
+
+    fn call(&self, id: u64, tool: &str, args: Value) -> Value {
+        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))["result"].clone()
+    }
+}
+
+fn sse_message(body: &str, id: u64) -> Option<Value> {
+    let messages =
+        body.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).chain(std::iter::once(body.trim()));
+    messages.filter_map(|m| serde_json::from_str::<Value>(m).ok()).find(|m| m["id"] == id)
+}
+
+#[test]
+fn http_bad_input_gets_clear_errors_and_the_server_stays_up() {
+    let server = HttpServer::start(&["--max-request-kb", "64", "--concurrency", "2", "--timeout-ms", "60000"]);
+    let mcp = server.mcp();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+
+    // Malformed JSON-RPC: a JSON-RPC parse error, not a dropped connection.
+    let reply = curl(&server, &["-H", ACCEPT, "-H", JSON, "-d", "{not json", &mcp]);
+    assert_eq!(reply.status, 400);
+    let error: Value = serde_json::from_str(&reply.body).expect("a JSON-RPC error");
+    assert_eq!(error["error"]["code"], -32700);
+    let reply = curl(&server, &["-H", ACCEPT, "-H", JSON, "-d", r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, &mcp]);
+    assert_eq!(reply.status, 400);
+    assert!(reply.body.contains("-32600") && reply.body.contains("batches"), "{}", reply.body);
+
+    // Oversized: refused before it is read in full.
+    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(100 << 10));
+    let body_file = tempfile::NamedTempFile::new().expect("temp");
+    std::fs::write(body_file.path(), big).expect("write");
+    let at = format!("@{}", body_file.path().display());
+    assert_eq!(curl(&server, &["-H", ACCEPT, "-H", JSON, "--data-binary", &at, &mcp]).status, 413);
+
+    // DNS rebinding: a foreign Host or browser Origin is refused; loopback origins are fine.
+    assert_eq!(curl(&server, &["-H", ACCEPT, "-H", JSON, "-H", "Host: evil.example", "-d", ping, &mcp]).status, 403);
+    let foreign = curl(&server, &["-H", ACCEPT, "-H", JSON, "-H", "Origin: http://evil.example", "-d", ping, &mcp]);
+    assert_eq!(foreign.status, 403);
+
+    // A session still works: unknown methods and tools are errors the client can read.
+    let session = Session::open(&server);
+    let unknown_method = session.request(2, "tools/frobnicate", json!({}));
+    assert_eq!(unknown_method["error"]["code"], -32601, "{unknown_method}");
+    let unknown_tool = session.call(3, "calculater", json!({"expression": "1"}));
+    assert_eq!(unknown_tool["isError"], true);
+    assert_eq!(unknown_tool["structuredContent"]["error"]["kind"], "not_found");
+    assert!(unknown_tool["structuredContent"]["error"]["hint"].as_str().expect("hint").contains("calculator"));
+
+    // A slow tool: created through the meta tool, then called by a client that hangs up.
+    let created = session.call(
+        4,
+        "create_and_execute_mcp",
+        json!({"name": "spin", "description": "Adds up the integers below n, slowly.",
+               "arguments": "n (int)", "returns": "the sum (int)",
+               "code": "def spin(n: int) -> int:\n    total = 0\n    for i in range(n):\n        total += i\n    return total\n",
+               "inputs": {"n": 10}}),
+    );
+    assert_eq!(created["structuredContent"]["creation_success"], true, "{created}");
+    let slow = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                      "params": {"name": "spin", "arguments": {"n": 20_000_000}}});
+    let header = format!("Mcp-Session-Id: {}", session.id);
+    let hang_up = Command::new("curl")
+        .args(["-sS", "--max-time", "0.5", "-H", ACCEPT, "-H", JSON, "-H", &header, "-d", &slow.to_string(), &mcp])
+        .output()
+        .expect("curl");
+    assert!(!hang_up.status.success(), "the client gave up before the tool finished");
+    // The abandoned call runs to its end and frees its slot.
+    let in_flight = || {
+        let status = curl(&server, &[&format!("{}/status", server.base)]);
+        serde_json::from_str::<Value>(&status.body).map(|s| s["in_flight"].as_u64()).ok().flatten()
+    };
+    assert_eq!(in_flight(), Some(1), "the abandoned call is still running");
+    let freed = (0..600).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        in_flight() == Some(0)
+    });
+    assert!(freed, "the abandoned call never finished");
+
+    // A slow call does not hold up the others: start one, and a quick call returns first.
+    let slow_call = {
+        let (mcp, header, body) = (mcp.clone(), header.clone(), slow.to_string());
+        std::thread::spawn(move || {
+            Command::new("curl")
+                .args(["-sS", "--max-time", "120", "-H", ACCEPT, "-H", JSON, "-H", &header, "-d", &body, &mcp])
+                .output()
+                .expect("curl")
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let quick = session.call(6, "calculator", json!({"expression": "6 * 7"}));
+    assert_eq!(quick["structuredContent"], json!({"value": 42.0}));
+    assert!(!slow_call.is_finished(), "the quick call waited for the slow one");
+    let slow_reply = slow_call.join().expect("thread");
+    let body = String::from_utf8_lossy(&slow_reply.stdout);
+    let result = sse_message(&body, 5).expect("the slow call's response");
+    assert_eq!(result["result"]["structuredContent"], json!({"result": 199_999_990_000_000_i64}));
+
+    // Still healthy, and every call has finished (the abandoned one included).
+    let status: Value = serde_json::from_str(&curl(&server, &[&format!("{}/status", server.base)]).body).expect("JSON");
+    assert_eq!(status["status"], "ok");
+    assert_eq!(status["failures_by_kind"]["not_found"], 1, "{status}");
+}
+
+#[test]
+fn shutdown_finishes_running_calls() {
+    let mut server = HttpServer::start(&["--timeout-ms", "60000"]);
+    let session = Session::open(&server);
+    let created = session.call(
+        1,
+        "create_and_execute_mcp",
+        json!({"name": "spin", "description": "Adds up the integers below n, slowly.", "arguments": "n (int)",
+               "code": "def spin(n: int) -> int:\n    return sum(i for i in range(n))\n", "inputs": {"n": 10}}),
+    );
+    assert_eq!(created["structuredContent"]["creation_success"], true, "{created}");
+    let (mcp, header) = (server.mcp(), format!("Mcp-Session-Id: {}", session.id));
+    let slow = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "spin", "arguments": {"n": 15_000_000}}});
+    let call = std::thread::spawn(move || {
+        Command::new("curl")
+            .args(["-sS", "--max-time", "120", "-H", ACCEPT, "-H", JSON, "-H", &header, "-d", &slow.to_string(), &mcp])
+            .output()
+            .expect("curl")
+    });
+    // Wait until the call is running, then ask the server to stop.
+    let running = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(25));
+        let status = curl(&server, &[&format!("{}/status", server.base)]);
+        serde_json::from_str::<Value>(&status.body).is_ok_and(|s| s["in_flight"] == 1)
+    });
+    assert!(running, "the call never showed as running");
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let reply = call.join().expect("thread");
+    let body = String::from_utf8_lossy(&reply.stdout);
+    let result = sse_message(&body, 2).unwrap_or_else(|| panic!("the running call was cut off: {body}"));
+    assert_eq!(result["result"]["structuredContent"], json!({"result": 112_499_992_500_000_i64}));
+    let exit = server.child.wait().expect("wait");
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[test]
+fn stdio_answers_malformed_lines_and_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = toolsmith()
+        .arg("--registry")
+        .arg(dir.path().join("registry.db"))
+        .args(["serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut send = |line: &str| writeln!(stdin, "{line}").and_then(|_| stdin.flush()).expect("write");
+    let mut next = || serde_json::from_str::<Value>(&lines.next().expect("a line").expect("read")).expect("JSON");
+
+    send("this is not JSON");
+    assert_eq!(next()["error"]["code"], -32700);
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+    );
+    assert_eq!(next()["result"]["serverInfo"]["name"], "toolsmith");
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    send(r#"[{"jsonrpc":"2.0","id":2,"method":"ping"}]"#);
+    assert_eq!(next()["error"]["code"], -32600);
+    send(r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#);
+    let wrong_version = next();
+    assert_eq!((wrong_version["id"].clone(), wrong_version["error"]["code"].clone()), (json!(3), json!(-32600)));
+    send(
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"calculator","arguments":{"expression":"1+1"}}}"#,
+    );
+    let result = next();
+    assert_eq!(result["id"], 4);
+    assert_eq!(result["result"]["structuredContent"], json!({"value": 2.0}));
+    drop(stdin);
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "closing standard input ends the server cleanly: {status:?}");
+}
+
+#[test]
+fn a_public_address_needs_a_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = toolsmith()
+        .arg("--registry")
+        .arg(dir.path().join("registry.db"))
+        .args(["serve", "--http", "0.0.0.0:0"])
+        .env_remove("TOOLSMITH_TOKEN")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without a bearer token"));
+}
