@@ -114,6 +114,10 @@ fn quickstart_reproduces_every_example() {
     assert!(stdout.contains("\"creation_success\":true"), "{stdout}");
     assert!(stdout.contains("{\"result\":[3.0,-1.0]}"), "{stdout}");
     assert!(stdout.contains("timeout in tool `f`"), "{stdout}");
+    // The MCP section: a real session through the server's stdio transport.
+    assert!(stdout.contains("tools/list        -> calculator, create_and_execute_mcp"), "{stdout}");
+    assert!(stdout.contains("search_tools      -> units"), "{stdout}");
+    assert!(stdout.contains("isError true, kind \"invalid_args\""), "{stdout}");
 }
 
 #[test]

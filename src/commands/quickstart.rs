@@ -76,6 +76,7 @@ pub fn run(env: &Env) -> Result<ExitCode> {
 
     python_section(env, &toolbox)?;
     registry_section(env)?;
+    serve_section(env)?;
 
     if failures > 0 {
         println!("\n{failures} example(s) did not reproduce");
@@ -187,5 +188,77 @@ fn registry_section(env: &Env) -> Result<()> {
         );
     }
     println!("  browse it: toolsmith tools list | show NAME | search TEXT --explain | graph --html graph.html");
+    Ok(())
+}
+
+/// `toolsmith serve` in miniature: a real MCP session (rmcp on the server side) over an in-memory
+/// pipe, speaking exactly what `serve --stdio` speaks.
+fn serve_section(env: &Env) -> Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use toolsmith_host::daemon::{Daemon, ServeOptions, mcp};
+
+    let toolbox = env.toolbox()?;
+    if let Ok(runtime) = env.python_runtime(toolbox.sandbox()) {
+        toolbox.set_python(runtime);
+    }
+    let daemon = Daemon::new(env.registry()?, toolbox, ServeOptions::default())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    println!(
+        "
+MCP (`toolsmith serve --stdio`), one session over a pipe:"
+    );
+    runtime.block_on(async move {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (server_in, server_out) = tokio::io::split(server);
+        let session = tokio::spawn(mcp::serve_lines(daemon, server_in, server_out));
+        let (client_in, mut client_out) = tokio::io::split(client);
+        let mut replies = BufReader::new(client_in).lines();
+        let mut exchange = async |message: Value| -> Result<Value> {
+            client_out.write_all(format!("{message}\n").as_bytes()).await?;
+            if message.get("id").is_none() {
+                return Ok(Value::Null);
+            }
+            let line = replies.next_line().await?.ok_or_else(|| anyhow::anyhow!("the server closed the session"))?;
+            Ok(serde_json::from_str(&line)?)
+        };
+        let init = exchange(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "quickstart", "version": "0"}}}))
+        .await?;
+        println!(
+            "  initialize        -> {} {}, protocol {}",
+            init["result"]["serverInfo"]["name"].as_str().unwrap_or("?"),
+            init["result"]["serverInfo"]["version"].as_str().unwrap_or("?"),
+            init["result"]["protocolVersion"].as_str().unwrap_or("?")
+        );
+        exchange(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await?;
+        let list = exchange(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await?;
+        let names: Vec<&str> =
+            list["result"]["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+        println!("  tools/list        -> {}", names.join(", "));
+        let call = |id: u64, name: &str, arguments: Value| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+        };
+        let found = exchange(call(3, "search_tools", json!({"query": "convert a distance between units", "k": 2}))).await?;
+        let found: Vec<String> = found["result"]["structuredContent"]["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| format!("{} ({:.2})", t["name"].as_str().unwrap_or("?"), t["score"].as_f64().unwrap_or(0.0)))
+            .collect();
+        println!("  search_tools      -> {}", found.join(", "));
+        let ok = exchange(call(4, "units", json!({"value": 5, "from": "mi", "to": "km"}))).await?;
+        println!("  units 5 mi -> km  -> {}", ok["result"]["structuredContent"]);
+        let bad = exchange(call(5, "units", json!({"value": 5, "from": "mi"}))).await?;
+        println!(
+            "  bad arguments     -> isError {}, kind {}",
+            bad["result"]["isError"],
+            bad["result"]["structuredContent"]["error"]["kind"]
+        );
+        // Closing our side ends the session, as closing standard input ends `serve --stdio`.
+        client_out.shutdown().await?;
+        session.await??;
+        anyhow::Ok(())
+    })?;
+    println!("  serve it: toolsmith serve --stdio | --http 127.0.0.1:8750 (see README: Serving tools over MCP)");
     Ok(())
 }
