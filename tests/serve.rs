@@ -407,3 +407,47 @@ fn a_public_address_needs_a_token() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("without a bearer token"));
 }
+
+#[test]
+fn candidate_admission_keeps_created_tools_out_of_the_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = dir.path().join("registry.db");
+    let mut child = toolsmith()
+        .arg("--registry")
+        .arg(&registry)
+        .args(["serve", "--stdio", "--admission", "candidate"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut send = |message: Value| writeln!(stdin, "{message}").and_then(|_| stdin.flush()).expect("write");
+    let mut next = || serde_json::from_str::<Value>(&lines.next().expect("a line").expect("read")).expect("JSON");
+
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}));
+    next();
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "create_and_execute_mcp",
+        "arguments": {"name": "double_it", "description": "Doubles a number.", "arguments": "x (float)",
+                      "code": "def double_it(x: float) -> float:\n    return 2 * x\n", "inputs": {"x": 21}}}}));
+    let created = next();
+    assert_eq!(created["result"]["structuredContent"]["creation_success"], true, "{created}");
+    assert_eq!(created["result"]["structuredContent"]["execution_result"], 42.0);
+    assert_eq!(created["result"]["_meta"]["toolsmith/admission"]["status"], "candidate", "{created}");
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    let listed = next();
+    let names: Vec<&str> =
+        listed["result"]["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(!names.contains(&"double_it"), "{names:?}");
+    // Creating with broken code is SEARL's result with the reason, not a protocol error.
+    send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "create_and_execute_mcp",
+        "arguments": {"name": "broken", "description": "Broken.", "code": "def broken(:\n"}}}));
+    let broken = next();
+    assert_eq!(broken["result"]["structuredContent"]["creation_success"], false, "{broken}");
+    assert!(broken["result"]["structuredContent"]["error"].as_str().is_some_and(|e| e.contains("SyntaxError")));
+    drop(stdin);
+    assert!(child.wait().expect("wait").success());
+}

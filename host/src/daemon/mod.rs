@@ -274,6 +274,7 @@ impl Daemon {
     /// Calls a tool: a meta tool, or a registry tool through validation and the sandbox. Every
     /// failure is a [`CallReply`] with `is_error`, never a protocol error.
     pub async fn call(&self, name: &str, args: Value) -> CallReply {
+        let _handling = self.shared.stats.handle();
         let started = Instant::now();
         let reply = match self.shared.meta_tools.iter().position(|(m, _)| m.name.as_str() == name) {
             Some(i) => {
@@ -342,19 +343,25 @@ impl Daemon {
         })
     }
 
-    /// Waits until every running call has finished (or `timeout` passed), then stops new calls
-    /// and cancels the shutdown token. Returns how many calls were still running at the end.
+    /// Waits until every running call has finished and its reply has been handed to the transport
+    /// (or `timeout` passed), then stops new calls and cancels the shutdown token. Returns how many
+    /// calls were still running at the end.
     pub async fn drain(&self, timeout: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
         let all = self.shared.options.concurrency as u32;
-        let drained = tokio::time::timeout(timeout, self.shared.permits.acquire_many(all)).await;
-        let left = match drained {
-            Ok(Ok(permits)) => {
-                permits.forget();
-                0
-            }
-            _ => self.shared.stats.in_flight(),
-        };
+        // Holding every permit means no tool runs and no new one starts.
+        if let Ok(Ok(permits)) = tokio::time::timeout_at(deadline, self.shared.permits.acquire_many(all)).await {
+            permits.forget();
+        }
         self.shared.permits.close();
+        // A finished tool's reply still has to reach its request handler.
+        while self.shared.stats.handling() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let left = self.shared.stats.handling();
+        // The transport writes a reply after the handler returns it; give that a moment before
+        // the sessions are torn down.
+        tokio::time::sleep(Duration::from_millis(200)).await;
         self.shared.shutdown.cancel();
         left
     }

@@ -42,6 +42,8 @@ pub(super) struct Stats {
     ok: AtomicU64,
     total_micros: AtomicU64,
     in_flight: AtomicUsize,
+    /// `tools/call` requests being handled, from arrival until their reply is handed back.
+    handling: AtomicUsize,
     failures: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -62,6 +64,7 @@ impl Stats {
             ok: AtomicU64::new(0),
             total_micros: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            handling: AtomicUsize::new(0),
             failures: Mutex::new(BTreeMap::new()),
         }
     }
@@ -69,6 +72,15 @@ impl Stats {
     pub(super) fn start(&self) -> InFlight<'_> {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(&self.in_flight)
+    }
+
+    pub(super) fn handle(&self) -> InFlight<'_> {
+        self.handling.fetch_add(1, Ordering::SeqCst);
+        InFlight(&self.handling)
+    }
+
+    pub(super) fn handling(&self) -> usize {
+        self.handling.load(Ordering::SeqCst)
     }
 
     pub(super) fn in_flight(&self) -> usize {
