@@ -354,43 +354,71 @@ fn shutdown_finishes_running_calls() {
     assert!(exit.success(), "{exit:?}");
 }
 
+/// `toolsmith serve --stdio` on a fresh registry, spoken to line by line.
+struct StdioServer {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    _dir: tempfile::TempDir,
+}
+
+impl StdioServer {
+    fn start(extra: &[&str]) -> StdioServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut child = toolsmith()
+            .arg("--registry")
+            .arg(dir.path().join("registry.db"))
+            .args(["serve", "--stdio"])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start");
+        let stdin = child.stdin.take().expect("stdin");
+        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        StdioServer { child, stdin, lines, _dir: dir }
+    }
+
+    fn send(&mut self, line: impl std::fmt::Display) {
+        writeln!(self.stdin, "{line}").and_then(|_| self.stdin.flush()).expect("write");
+    }
+
+    fn next(&mut self) -> Value {
+        serde_json::from_str(&self.lines.next().expect("a line").expect("read")).expect("JSON")
+    }
+
+    /// Closes standard input and waits for the server to exit.
+    fn finish(self) -> std::process::ExitStatus {
+        let StdioServer { mut child, stdin, .. } = self;
+        drop(stdin);
+        child.wait().expect("wait")
+    }
+}
+
 #[test]
 fn stdio_answers_malformed_lines_and_goes_on() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = toolsmith()
-        .arg("--registry")
-        .arg(dir.path().join("registry.db"))
-        .args(["serve", "--stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut send = |line: &str| writeln!(stdin, "{line}").and_then(|_| stdin.flush()).expect("write");
-    let mut next = || serde_json::from_str::<Value>(&lines.next().expect("a line").expect("read")).expect("JSON");
+    let mut server = StdioServer::start(&[]);
 
-    send("this is not JSON");
-    assert_eq!(next()["error"]["code"], -32700);
-    send(
+    server.send("this is not JSON");
+    assert_eq!(server.next()["error"]["code"], -32700);
+    server.send(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
     );
-    assert_eq!(next()["result"]["serverInfo"]["name"], "toolsmith");
-    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-    send(r#"[{"jsonrpc":"2.0","id":2,"method":"ping"}]"#);
-    assert_eq!(next()["error"]["code"], -32600);
-    send(r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#);
-    let wrong_version = next();
+    assert_eq!(server.next()["result"]["serverInfo"]["name"], "toolsmith");
+    server.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    server.send(r#"[{"jsonrpc":"2.0","id":2,"method":"ping"}]"#);
+    assert_eq!(server.next()["error"]["code"], -32600);
+    server.send(r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#);
+    let wrong_version = server.next();
     assert_eq!((wrong_version["id"].clone(), wrong_version["error"]["code"].clone()), (json!(3), json!(-32600)));
-    send(
+    server.send(
         r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"calculator","arguments":{"expression":"1+1"}}}"#,
     );
-    let result = next();
+    let result = server.next();
     assert_eq!(result["id"], 4);
     assert_eq!(result["result"]["structuredContent"], json!({"value": 2.0}));
-    drop(stdin);
-    let status = child.wait().expect("wait");
+    let status = server.finish();
     assert!(status.success(), "closing standard input ends the server cleanly: {status:?}");
 }
 
@@ -410,44 +438,28 @@ fn a_public_address_needs_a_token() {
 
 #[test]
 fn candidate_admission_keeps_created_tools_out_of_the_list() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let registry = dir.path().join("registry.db");
-    let mut child = toolsmith()
-        .arg("--registry")
-        .arg(&registry)
-        .args(["serve", "--stdio", "--admission", "candidate"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut send = |message: Value| writeln!(stdin, "{message}").and_then(|_| stdin.flush()).expect("write");
-    let mut next = || serde_json::from_str::<Value>(&lines.next().expect("a line").expect("read")).expect("JSON");
-
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    let mut server = StdioServer::start(&["--admission", "candidate"]);
+    server.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}));
-    next();
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "create_and_execute_mcp",
+    server.next();
+    server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "create_and_execute_mcp",
         "arguments": {"name": "double_it", "description": "Doubles a number.", "arguments": "x (float)",
                       "code": "def double_it(x: float) -> float:\n    return 2 * x\n", "inputs": {"x": 21}}}}));
-    let created = next();
+    let created = server.next();
     assert_eq!(created["result"]["structuredContent"]["creation_success"], true, "{created}");
     assert_eq!(created["result"]["structuredContent"]["execution_result"], 42.0);
     assert_eq!(created["result"]["_meta"]["toolsmith/admission"]["status"], "candidate", "{created}");
-    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
-    let listed = next();
+    server.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    let listed = server.next();
     let names: Vec<&str> =
         listed["result"]["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
     assert!(!names.contains(&"double_it"), "{names:?}");
     // Creating with broken code is SEARL's result with the reason, not a protocol error.
-    send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "create_and_execute_mcp",
+    server.send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "create_and_execute_mcp",
         "arguments": {"name": "broken", "description": "Broken.", "code": "def broken(:\n"}}}));
-    let broken = next();
+    let broken = server.next();
     assert_eq!(broken["result"]["structuredContent"]["creation_success"], false, "{broken}");
     assert!(broken["result"]["structuredContent"]["error"].as_str().is_some_and(|e| e.contains("SyntaxError")));
-    drop(stdin);
-    assert!(child.wait().expect("wait").success());
+    assert!(server.finish().success());
 }

@@ -31,5 +31,5 @@ mod toolbox;
 pub mod validate;
 
 pub use sandbox::{CallReport, Limits, LoadError, PythonComponent, Sandbox, SandboxConfig, SandboxError};
-pub use toolbox::{CallOutput, Tool, Toolbox};
+pub use toolbox::{CallOutput, Tool, Toolbox, not_found_error};
 pub use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};

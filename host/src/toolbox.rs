@@ -256,17 +256,29 @@ impl Inner {
 
     fn not_found(&self, name: &str) -> StructuredError {
         let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
-        let mut near: Vec<(f64, &String)> =
-            tools.keys().map(|k| (strsim::jaro_winkler(name, k), k)).filter(|(s, _)| *s > 0.7).collect();
-        near.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let e = StructuredError::new(ErrorKind::NotFound, name, format!("no tool is called `{name}`"));
-        match near.first() {
-            Some((_, best)) => e.with_hint(format!("did you mean `{best}`?")),
-            None => {
-                let names: Vec<&str> = tools.keys().take(20).map(String::as_str).collect();
-                e.with_hint(format!("available tools: {}", names.join(", ")))
-            }
-        }
+        not_found_error(name, tools.keys(), || {
+            let names: Vec<&str> = tools.keys().take(20).map(String::as_str).collect();
+            format!("available tools: {}", names.join(", "))
+        })
+    }
+}
+
+/// `not_found` for `name`, with a "did you mean" hint naming the closest of `known` (Jaro-Winkler
+/// above 0.7), or `otherwise()` as the hint when nothing is close.
+pub fn not_found_error<S: AsRef<str>>(
+    name: &str,
+    known: impl IntoIterator<Item = S>,
+    otherwise: impl FnOnce() -> String,
+) -> StructuredError {
+    let closest = known
+        .into_iter()
+        .map(|k| (strsim::jaro_winkler(name, k.as_ref()), k))
+        .filter(|(score, _)| *score > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    let e = StructuredError::new(ErrorKind::NotFound, name, format!("no tool is called `{name}`"));
+    match closest {
+        Some((_, best)) => e.with_hint(format!("did you mean `{}`?", best.as_ref())),
+        None => e.with_hint(otherwise()),
     }
 }
 

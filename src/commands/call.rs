@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-use toolsmith_host::{CallOutput, ErrorKind, Limits, StructuredError, ToolKind, Toolbox};
+use toolsmith_host::{CallOutput, ErrorKind, Limits, StructuredError, ToolKind, Toolbox, not_found_error};
 use toolsmith_registry::{RegistryError, SortBy};
 
 use super::Env;
@@ -89,13 +89,9 @@ fn call_registered(
     let record = match registry.get(name) {
         Ok(record) => record,
         Err(RegistryError::NotFound(_)) => {
-            let known: Vec<String> = registry.list(SortBy::Name)?.into_iter().map(|r| r.name).collect();
-            let mut error = StructuredError::new(ErrorKind::NotFound, name, format!("no tool is called `{name}`"));
-            error = match known.iter().max_by(|a, b| strsim_score(name, a).total_cmp(&strsim_score(name, b))) {
-                Some(near) if strsim_score(name, near) > 0.8 => error.with_hint(format!("did you mean `{near}`?")),
-                _ => error.with_hint("`toolsmith tools list` shows every tool"),
-            };
-            return Ok(Err(error));
+            let known = registry.list(SortBy::Name)?;
+            let hint = || "`toolsmith tools list` shows every tool".to_owned();
+            return Ok(Err(not_found_error(name, known.iter().map(|r| &r.name), hint)));
         }
         Err(e) => return Err(e.into()),
     };
@@ -112,10 +108,6 @@ fn call_registered(
         tracing::warn!("cannot record the call in the registry: {e}");
     }
     Ok(outcome)
-}
-
-fn strsim_score(a: &str, b: &str) -> f64 {
-    strsim::jaro_winkler(a, b)
 }
 
 fn looks_like_path(tool: &str) -> bool {

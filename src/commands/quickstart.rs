@@ -167,7 +167,7 @@ fn us(d: Duration) -> String {
 /// The tool graph: the bundled tools registered, then a two-step plan retrieved.
 fn registry_section(env: &Env) -> Result<()> {
     let started = Instant::now();
-    let mut registry = super::tools::open_registry(env)?;
+    let mut registry = env.registry()?;
     println!(
         "\ntool graph: {} ({} tools; SQLite + tantivy BM25 + MiniLM embeddings)",
         registry.path().display(),

@@ -169,12 +169,8 @@ fn export(r: &Registry, format: ExportFormat, out: &mut dyn std::io::Write) -> R
     Ok(())
 }
 
-pub fn open_registry(env: &Env) -> Result<Registry> {
-    env.registry()
-}
-
 pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
-    let mut r = open_registry(env)?;
+    let mut r = env.registry()?;
     match cmd {
         ToolsCommand::Add { path, no_merge } => {
             let tool = read_tool(env, &path)?;

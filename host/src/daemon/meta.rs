@@ -128,16 +128,13 @@ async fn search(daemon: &Daemon, args: Value) -> Result<CallReply, StructuredErr
             for hit in hits {
                 let record = registry.get(&hit.name)?;
                 let manifest = &record.manifest;
-                let output_schema = super::mcp_tool(manifest)
-                    .and_then(|t| t.output_schema.map(|s| Value::Object((*s).clone())))
-                    .unwrap_or_else(|| manifest.output_schema.clone());
                 tools.push(FoundTool {
                     name: hit.name,
                     description: hit.description,
                     kind: hit.kind.to_string(),
                     score: hit.score,
                     input_schema: manifest.input_schema.clone(),
-                    output_schema,
+                    output_schema: super::mcp_output_schema(manifest),
                     via: hit.explain.via.map(|(from, _)| from),
                 });
             }

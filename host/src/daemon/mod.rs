@@ -385,16 +385,15 @@ impl Daemon {
             return;
         }
         let peers: Vec<_> = lock(&self.shared.peers).clone();
-        let mut gone = Vec::new();
-        for (i, peer) in peers.iter().enumerate() {
-            if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
-                gone.push(i);
+        let mut told = 0;
+        for peer in &peers {
+            if !peer.is_transport_closed() && peer.notify_tool_list_changed().await.is_ok() {
+                told += 1;
             }
         }
-        tracing::info!(generation, clients = peers.len() - gone.len(), "tools/list_changed");
-        if !gone.is_empty() {
-            let mut current = lock(&self.shared.peers);
-            current.retain(|p| !p.is_transport_closed());
+        tracing::info!(generation, clients = told, "tools/list_changed");
+        if told < peers.len() {
+            lock(&self.shared.peers).retain(|p| !p.is_transport_closed());
         }
     }
 
@@ -466,18 +465,10 @@ impl Shared {
 }
 
 fn not_found(registry: &Registry, name: &str) -> StructuredError {
-    let mut error = StructuredError::new(ErrorKind::NotFound, name, format!("no tool is called `{name}`"));
     let names = registry.list(toolsmith_registry::SortBy::Name).unwrap_or_default();
-    let closest = names
-        .iter()
-        .map(|r| (strsim::jaro_winkler(name, &r.name), &r.name))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    error = match closest {
-        Some((_, near)) => error.with_hint(format!("did you mean `{near}`? `tools/list` has every name")),
-        None => error.with_hint(format!("find tools with `{SEARCH_TOOL}` or list them with `tools/list`")),
-    };
-    error
+    crate::toolbox::not_found_error(name, names.iter().map(|r| &r.name), || {
+        format!("find tools with `{SEARCH_TOOL}` or list them with `tools/list`")
+    })
 }
 
 fn error_kind(envelope: &Value) -> Option<ErrorKind> {
@@ -495,16 +486,25 @@ pub fn mcp_output(manifest: &Manifest, value: Value) -> Value {
     if wraps_output(manifest) { json!({ "result": value }) } else { value }
 }
 
-/// A manifest as an MCP tool (see [`Manifest::to_mcp_tool`]), with the output schema wrapped
-/// like [`mcp_output`] wraps results. `None` (and a warning) when it does not convert.
-pub fn mcp_tool(manifest: &Manifest) -> Option<McpTool> {
-    let mut value = manifest.to_mcp_tool();
+/// A tool's output schema as MCP `outputSchema`: wrapped like [`mcp_output`] wraps results.
+pub fn mcp_output_schema(manifest: &Manifest) -> Value {
     if wraps_output(manifest) {
-        value["outputSchema"] = json!({
+        json!({
             "type": "object",
             "properties": { "result": manifest.output_schema },
             "required": ["result"],
-        });
+        })
+    } else {
+        manifest.output_schema.clone()
+    }
+}
+
+/// A manifest as an MCP tool (see [`Manifest::to_mcp_tool`]), with [`mcp_output_schema`].
+/// `None` (and a warning) when it does not convert.
+pub fn mcp_tool(manifest: &Manifest) -> Option<McpTool> {
+    let mut value = manifest.to_mcp_tool();
+    if wraps_output(manifest) {
+        value["outputSchema"] = mcp_output_schema(manifest);
     }
     if manifest.kind == ToolKind::Simulated {
         // Listed so clients can see the interface, but marked: there is nothing here to run.
