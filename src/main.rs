@@ -42,6 +42,9 @@ enum Command {
     /// Write, build and inspect plugins.
     #[command(subcommand)]
     Plugin(commands::plugin::PluginCommand),
+    /// Create, inspect and sample from policy checkpoints (the agent's language model).
+    #[command(subcommand)]
+    Policy(commands::policy::PolicyCommand),
     /// Serve the tool graph over MCP (stdio or streamable HTTP), with a status API.
     Serve(commands::serve::ServeArgs),
     /// Browse and maintain the tool graph (the registry).
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Create(args) => commands::create::run(&env, args),
         Command::Python(cmd) => commands::python::run(&env, cmd),
         Command::Plugin(cmd) => commands::plugin::run(&env, cmd),
+        Command::Policy(cmd) => commands::policy::run(cmd),
         Command::Serve(args) => commands::serve::run(&env, args),
         Command::Tools(cmd) => commands::tools::run(&env, cmd),
         Command::Schema { which } => commands::print_schema(which),

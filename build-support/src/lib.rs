@@ -101,3 +101,23 @@ pub fn write_out(name: &str, contents: &str) -> PathBuf {
     std::fs::write(&path, contents).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
     path
 }
+
+/// For a crate whose binaries, tests or benchmarks link libtorch (through `tch`): embeds the
+/// libtorch library directory as an rpath, so they run without `LD_LIBRARY_PATH`.
+///
+/// The crate needs a direct `torch-sys` dependency: only direct dependents of a `links` crate see
+/// its `DEP_TCH_LIBTORCH_LIB`. Link arguments apply to the crate's own targets only, which is why
+/// every such crate calls this (a `RUSTFLAGS` rpath would rebuild everything and break doctests).
+pub fn link_libtorch() {
+    println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
+    let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
+        println!("cargo:warning=DEP_TCH_LIBTORCH_LIB is not set: add a direct torch-sys dependency");
+        return;
+    };
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+    // rustc links with --as-needed, which drops libtorch_cuda (nothing references it by symbol)
+    // and with it CUDA support; keep it whenever this libtorch has one.
+    if Path::new(&lib).join("libtorch_cuda.so").exists() {
+        println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
+    }
+}

@@ -3,6 +3,7 @@
 pub mod call;
 pub mod create;
 pub mod plugin;
+pub mod policy;
 pub mod python;
 pub mod quickstart;
 pub mod serve;

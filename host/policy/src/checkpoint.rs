@@ -1,0 +1,397 @@
+//! Checkpoints: Hugging Face's directory layout plus `toolsmith-state.json`, and the tiny default
+//! model that trains on a CPU.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+use crate::PolicyError;
+use crate::config::ModelConfig;
+use crate::decoder::{Transformer, WeightInit};
+use crate::tokenizer::{Tokenizer, tiny_tokenizer_config};
+
+/// The tiny default configuration (Qwen2-style, about 4 M parameters).
+pub const TINY_CONFIG: &str = include_str!("../assets/tiny-config.json");
+/// The tiny model's byte-level BPE (2,884 ids, trace tags as single tokens), trained on
+/// `assets/tokenizer-corpus.txt` by `toolsmith policy train-tokenizer`.
+pub const TINY_TOKENIZER: &str = include_str!("../assets/tiny-tokenizer.json");
+
+pub const STATE_FILE: &str = "toolsmith-state.json";
+const STATE_FORMAT: u32 = 1;
+
+/// Floating-point precision of the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Precision {
+    pub fn kind(self) -> Kind {
+        match self {
+            Self::F32 => Kind::Float,
+            Self::Bf16 => Kind::BFloat16,
+            Self::F16 => Kind::Half,
+        }
+    }
+
+    /// Parses `f32`/`float32`, `bf16`/`bfloat16`, `f16`/`float16`.
+    pub fn parse(name: &str) -> Result<Self, PolicyError> {
+        match name {
+            "f32" | "float32" | "float" => Ok(Self::F32),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
+            "f16" | "float16" | "half" => Ok(Self::F16),
+            other => Err(PolicyError::Config(format!("unknown precision {other:?} (f32, bf16, f16)"))),
+        }
+    }
+
+    /// The name `config.json` uses.
+    pub fn hf_name(self) -> &'static str {
+        match self {
+            Self::F32 => "float32",
+            Self::Bf16 => "bfloat16",
+            Self::F16 => "float16",
+        }
+    }
+}
+
+/// Where and how to load a policy.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    pub device: Device,
+    /// `None`: float32 on the CPU (half precision is slow there), the checkpoint's own precision
+    /// on CUDA.
+    pub precision: Option<Precision>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { device: Device::Cpu, precision: None }
+    }
+}
+
+/// Toolsmith's part of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyState {
+    pub format: u32,
+    pub architecture: String,
+    /// Optimizer steps taken so far.
+    pub step: u64,
+    /// BLAKE3 of `tokenizer.json`: a checkpoint paired with another tokenizer is refused.
+    pub tokenizer_hash: String,
+    /// Optimizer state file, relative to the checkpoint directory, when a trainer saved one.
+    pub optimizer_state: Option<String>,
+    pub precision: Precision,
+    pub parameters: i64,
+    /// A copy of `config.json`, so the state alone says what model it belongs to.
+    pub config: Value,
+}
+
+/// A loaded policy: model weights, configuration, tokenizer and training state.
+#[derive(Debug)]
+pub struct Policy {
+    vs: VarStore,
+    model: Transformer,
+    config: ModelConfig,
+    config_json: Value,
+    tokenizer: Tokenizer,
+    tokenizer_json: Vec<u8>,
+    tokenizer_config: Option<Value>,
+    state: PolicyState,
+}
+
+fn precision_of(kind: Kind) -> Precision {
+    match kind {
+        Kind::BFloat16 => Precision::Bf16,
+        Kind::Half => Precision::F16,
+        _ => Precision::F32,
+    }
+}
+
+impl Policy {
+    /// A freshly initialised model (weights drawn with the config's `initializer_range` from
+    /// libtorch's generator seeded with `seed`).
+    pub fn init(
+        config_json: Value,
+        tokenizer_json: Vec<u8>,
+        tokenizer_config: Option<Value>,
+        seed: u64,
+        options: LoadOptions,
+    ) -> Result<Self, PolicyError> {
+        let config = ModelConfig::from_json(&config_json)?;
+        let spec = config.spec()?;
+        let tokenizer = Tokenizer::from_bytes(&tokenizer_json, tokenizer_config.as_ref())?;
+        if tokenizer.vocab_size() as i64 > spec.vocab_size {
+            return Err(PolicyError::Config(format!(
+                "the tokenizer has {} tokens but vocab_size is {}",
+                tokenizer.vocab_size(),
+                spec.vocab_size
+            )));
+        }
+        tch::manual_seed(seed as i64);
+        let mut vs = VarStore::new(options.device);
+        let model = Transformer::new(&vs.root(), &spec, WeightInit::Random);
+        let precision = options.precision.unwrap_or(Precision::F32);
+        vs.set_kind(precision.kind());
+        let state = PolicyState {
+            format: STATE_FORMAT,
+            architecture: config.architecture().into(),
+            step: 0,
+            tokenizer_hash: tokenizer.hash().into(),
+            optimizer_state: None,
+            precision,
+            parameters: count_parameters(&vs),
+            config: config_json.clone(),
+        };
+        Ok(Self { vs, model, config, config_json, tokenizer, tokenizer_json, tokenizer_config, state })
+    }
+
+    /// The tiny default model with its tokenizer.
+    pub fn tiny(seed: u64, options: LoadOptions) -> Result<Self, PolicyError> {
+        let config = serde_json::from_str(TINY_CONFIG).map_err(|e| PolicyError::Config(e.to_string()))?;
+        Self::init(config, TINY_TOKENIZER.as_bytes().to_vec(), Some(tiny_tokenizer_config()), seed, options)
+    }
+
+    /// Loads a checkpoint directory.
+    pub fn load(dir: &Path, options: LoadOptions) -> Result<Self, PolicyError> {
+        if !dir.is_dir() {
+            return Err(PolicyError::checkpoint(dir, "not a directory"));
+        }
+        let (config, config_json) = ModelConfig::from_file(&dir.join("config.json"))?;
+        let spec = config.spec()?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer_json = std::fs::read(&tokenizer_path).map_err(|e| PolicyError::io(&tokenizer_path, e))?;
+        let tokenizer_config_path = dir.join("tokenizer_config.json");
+        let tokenizer_config: Option<Value> = if tokenizer_config_path.exists() {
+            let text = std::fs::read_to_string(&tokenizer_config_path)
+                .map_err(|e| PolicyError::io(&tokenizer_config_path, e))?;
+            Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| PolicyError::checkpoint(&tokenizer_config_path, format!("invalid JSON: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let tokenizer = Tokenizer::from_bytes(&tokenizer_json, tokenizer_config.as_ref())
+            .map_err(|e| PolicyError::checkpoint(&tokenizer_path, e.to_string()))?;
+        let state_path = dir.join(STATE_FILE);
+        let saved_state: Option<PolicyState> = if state_path.exists() {
+            let text = std::fs::read_to_string(&state_path).map_err(|e| PolicyError::io(&state_path, e))?;
+            let state: PolicyState = serde_json::from_str(&text)
+                .map_err(|e| PolicyError::checkpoint(&state_path, format!("invalid state: {e}")))?;
+            if state.tokenizer_hash != tokenizer.hash() {
+                return Err(PolicyError::checkpoint(
+                    dir,
+                    "tokenizer.json is not the tokenizer this checkpoint was trained with (hash differs)",
+                ));
+            }
+            Some(state)
+        } else {
+            None
+        };
+        let checkpoint_precision = config.common().dtype.as_deref().and_then(|d| Precision::parse(d).ok());
+        let precision = options.precision.unwrap_or(match options.device {
+            Device::Cpu => Precision::F32,
+            _ => checkpoint_precision.unwrap_or(Precision::F32),
+        });
+        let mut vs = VarStore::new(options.device);
+        let model = Transformer::new(&vs.root(), &spec, WeightInit::Zeros);
+        vs.set_kind(precision.kind());
+        load_weights(&vs, dir, spec.tie_word_embeddings)?;
+        let parameters = count_parameters(&vs);
+        let state = match saved_state {
+            Some(state) => PolicyState { precision, parameters, ..state },
+            None => PolicyState {
+                format: STATE_FORMAT,
+                architecture: config.architecture().into(),
+                step: 0,
+                tokenizer_hash: tokenizer.hash().into(),
+                optimizer_state: None,
+                precision,
+                parameters,
+                config: config_json.clone(),
+            },
+        };
+        Ok(Self { vs, model, config, config_json, tokenizer, tokenizer_json, tokenizer_config, state })
+    }
+
+    /// Writes the checkpoint to `dir` (created if needed). Each file is written beside its final
+    /// name and renamed into place, so a crash never leaves a half-written file behind.
+    pub fn save(&self, dir: &Path) -> Result<(), PolicyError> {
+        std::fs::create_dir_all(dir).map_err(|e| PolicyError::io(dir, e))?;
+        let mut config = self.config_json.clone();
+        if let Some(obj) = config.as_object_mut() {
+            let key = if obj.contains_key("torch_dtype") { "torch_dtype" } else { "dtype" };
+            obj.insert(key.into(), Value::from(precision_of(self.model.kind()).hf_name()));
+        }
+        write_json(&dir.join("config.json"), &config)?;
+        let weights = dir.join("model.safetensors");
+        let partial = partial_path(&weights);
+        let mut named: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        Tensor::write_safetensors(&named, &partial)?;
+        rename(&partial, &weights)?;
+        // A sharded index from an earlier save of a loaded model would now point at stale shards.
+        let index = dir.join("model.safetensors.index.json");
+        if index.exists() {
+            std::fs::remove_file(&index).map_err(|e| PolicyError::io(&index, e))?;
+        }
+        write_bytes(&dir.join("tokenizer.json"), &self.tokenizer_json)?;
+        if let Some(tc) = &self.tokenizer_config {
+            write_json(&dir.join("tokenizer_config.json"), tc)?;
+        }
+        let state = PolicyState { config, ..self.state.clone() };
+        write_json(
+            &dir.join(STATE_FILE),
+            &serde_json::to_value(&state).map_err(|e| PolicyError::Config(e.to_string()))?,
+        )
+    }
+
+    /// A frozen copy of the weights (no gradients), e.g. the reference policy of a KL penalty.
+    pub fn reference(&self) -> Result<Self, PolicyError> {
+        let spec = self.config.spec()?;
+        let mut vs = VarStore::new(self.vs.device());
+        let model = Transformer::new(&vs.root(), &spec, WeightInit::Zeros);
+        vs.set_kind(self.model.kind());
+        vs.copy(&self.vs)?;
+        vs.freeze();
+        Ok(Self {
+            vs,
+            model,
+            config: self.config.clone(),
+            config_json: self.config_json.clone(),
+            tokenizer: self.tokenizer.clone(),
+            tokenizer_json: self.tokenizer_json.clone(),
+            tokenizer_config: self.tokenizer_config.clone(),
+            state: self.state.clone(),
+        })
+    }
+
+    pub fn model(&self) -> &Transformer {
+        &self.model
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn state(&self) -> &PolicyState {
+        &self.state
+    }
+
+    pub fn state_mut(&mut self) -> &mut PolicyState {
+        &mut self.state
+    }
+
+    /// The variables, for an optimizer.
+    pub fn var_store(&self) -> &VarStore {
+        &self.vs
+    }
+
+    pub fn var_store_mut(&mut self) -> &mut VarStore {
+        &mut self.vs
+    }
+
+    pub fn device(&self) -> Device {
+        self.vs.device()
+    }
+}
+
+fn count_parameters(vs: &VarStore) -> i64 {
+    vs.variables().values().map(Tensor::numel).map(|n| n as i64).sum()
+}
+
+/// Copies every variable from the checkpoint's safetensors file(s), checking names and shapes.
+fn load_weights(vs: &VarStore, dir: &Path, tied: bool) -> Result<(), PolicyError> {
+    let index_path = dir.join("model.safetensors.index.json");
+    let files: Vec<PathBuf> = if index_path.exists() {
+        let text = std::fs::read_to_string(&index_path).map_err(|e| PolicyError::io(&index_path, e))?;
+        let index: Value = serde_json::from_str(&text)
+            .map_err(|e| PolicyError::checkpoint(&index_path, format!("invalid JSON: {e}")))?;
+        let map = index
+            .get("weight_map")
+            .and_then(Value::as_object)
+            .ok_or_else(|| PolicyError::checkpoint(&index_path, "no \"weight_map\" object"))?;
+        let mut shards: Vec<&str> = map.values().filter_map(Value::as_str).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        if shards.iter().any(|s| s.contains('/') || s.contains("..")) {
+            return Err(PolicyError::checkpoint(&index_path, "shard names must be plain file names"));
+        }
+        shards.into_iter().map(|s| dir.join(s)).collect()
+    } else {
+        vec![dir.join("model.safetensors")]
+    };
+    let mut variables = vs.variables();
+    let mut loaded = HashSet::new();
+    let mut unexpected = Vec::new();
+    for file in &files {
+        if !file.exists() {
+            return Err(PolicyError::checkpoint(file, "missing weights file"));
+        }
+        let tensors = Tensor::read_safetensors(file)
+            .map_err(|e| PolicyError::checkpoint(file, format!("unreadable safetensors: {e}")))?;
+        for (name, tensor) in tensors {
+            match variables.get_mut(&name) {
+                Some(var) => {
+                    if var.size() != tensor.size() {
+                        return Err(PolicyError::checkpoint(
+                            file,
+                            format!("{name} has shape {:?}, the config expects {:?}", tensor.size(), var.size()),
+                        ));
+                    }
+                    tch::no_grad(|| var.f_copy_(&tensor))?;
+                    loaded.insert(name);
+                }
+                // Tied heads are sometimes saved anyway; the embedding is the truth.
+                None if tied && name == "lm_head.weight" => {}
+                None => unexpected.push(name),
+            }
+        }
+    }
+    let mut missing: Vec<&String> = variables.keys().filter(|k| !loaded.contains(*k)).collect();
+    if !missing.is_empty() {
+        missing.sort();
+        let shown: Vec<&str> = missing.iter().take(5).map(|s| s.as_str()).collect();
+        return Err(PolicyError::checkpoint(
+            dir,
+            format!("{} weight(s) missing, e.g. {}", missing.len(), shown.join(", ")),
+        ));
+    }
+    if !unexpected.is_empty() {
+        tracing::warn!(count = unexpected.len(), first = %unexpected[0], "checkpoint tensors not used by the model");
+    }
+    Ok(())
+}
+
+fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".partial");
+    path.with_file_name(name)
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), PolicyError> {
+    std::fs::rename(from, to).map_err(|e| PolicyError::io(to, e))
+}
+
+fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), PolicyError> {
+    let partial = partial_path(path);
+    std::fs::write(&partial, bytes).map_err(|e| PolicyError::io(&partial, e))?;
+    rename(&partial, path)
+}
+
+fn write_json(path: &Path, value: &Value) -> Result<(), PolicyError> {
+    let mut text = serde_json::to_string_pretty(value).map_err(|e| PolicyError::Config(e.to_string()))?;
+    text.push('\n');
+    write_bytes(path, text.as_bytes())
+}

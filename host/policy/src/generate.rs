@@ -1,0 +1,273 @@
+//! Generation with a key/value cache over a batch of prompts of different lengths: prompts are
+//! left-padded, an attention mask hides the padding and rotary positions start at each prompt's
+//! first real token, so every row decodes as if it were alone.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+
+use crate::decoder::AttentionMask;
+use crate::sampling::{Sampler, SamplingParams, log_prob};
+use crate::{Policy, PolicyError};
+
+/// Why a sequence stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-sequence token of the tokenizer (kept in `output_ids`).
+    Eos,
+    /// One of `stop_token_ids` (kept in `output_ids`).
+    StopToken,
+    /// One of `stop_strings` (the text ends before it; `output_ids` end with the token that
+    /// completed it).
+    StopString,
+    /// `max_new_tokens` reached.
+    Length,
+}
+
+/// One generated continuation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Generation {
+    pub prompt_ids: Vec<i64>,
+    pub output_ids: Vec<i64>,
+    pub text: String,
+    pub finish_reason: FinishReason,
+    /// Log-probability of each output token under the model's unmodified distribution (before
+    /// temperature, top-p and penalties): the behaviour log-probs RL needs.
+    pub logprobs: Vec<f64>,
+}
+
+/// Timing of one `generate` call.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub prefill_secs: f64,
+    pub decode_secs: f64,
+}
+
+impl GenerationStats {
+    /// Generated tokens per second of the whole call.
+    pub fn tokens_per_sec(&self) -> f64 {
+        self.generated_tokens as f64 / (self.prefill_secs + self.decode_secs).max(1e-9)
+    }
+}
+
+/// A streamed token: sequence index in the batch, the token, and the text it adds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent<'a> {
+    pub sequence: usize,
+    pub token_id: i64,
+    /// New text. Text that may be the start of a stop string, or an incomplete UTF-8 character,
+    /// is held back until it is known, so the streamed text always equals the final one.
+    pub text: &'a str,
+}
+
+struct Sequence {
+    prompt: Vec<i64>,
+    output: Vec<i64>,
+    logprobs: Vec<f64>,
+    seen: Vec<i64>,
+    sampler: Sampler,
+    finish: Option<FinishReason>,
+    /// Text emitted to the stream so far.
+    streamed: usize,
+    stop_at: Option<usize>,
+}
+
+impl Policy {
+    /// Generates continuations of token-id prompts. `on_token` is called for each new token.
+    pub fn generate(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+        mut on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
+    ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
+        params.validate()?;
+        let vocab = self.model().spec().vocab_size;
+        for (i, prompt) in prompts.iter().enumerate() {
+            if prompt.is_empty() {
+                return Err(PolicyError::Sampling(format!("prompt {i} is empty")));
+            }
+            if let Some(&bad) = prompt.iter().find(|&&id| id < 0 || id >= vocab) {
+                return Err(PolicyError::Sampling(format!(
+                    "prompt {i} has token id {bad}, outside the vocabulary (0..{vocab})"
+                )));
+            }
+        }
+        let batch = prompts.len();
+        let mut stats = GenerationStats {
+            prompt_tokens: prompts.iter().map(Vec::len).sum(),
+            generated_tokens: 0,
+            prefill_secs: 0.0,
+            decode_secs: 0.0,
+        };
+        if batch == 0 || params.max_new_tokens == 0 {
+            let done = prompts.iter().map(|p| Generation {
+                prompt_ids: p.clone(),
+                output_ids: Vec::new(),
+                text: String::new(),
+                finish_reason: FinishReason::Length,
+                logprobs: Vec::new(),
+            });
+            return Ok((done.collect(), stats));
+        }
+        let mut seqs: Vec<Sequence> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Sequence {
+                prompt: p.clone(),
+                output: Vec::new(),
+                logprobs: Vec::new(),
+                seen: p.clone(),
+                sampler: Sampler::new(params, i as u64),
+                finish: None,
+                streamed: 0,
+                stop_at: None,
+            })
+            .collect();
+        let longest_stop = params.stop_strings.iter().map(String::len).max().unwrap_or(0);
+        let model = self.model();
+        let device = model.device();
+        let b = batch as i64;
+        let prompt_len = prompts.iter().map(Vec::len).max().unwrap_or(0) as i64;
+        let padded = prompts.iter().any(|p| p.len() as i64 != prompt_len);
+        let capacity = prompt_len + params.max_new_tokens as i64;
+        let pad = self.tokenizer().pad_id();
+
+        let _guard = tch::no_grad_guard();
+        let mut ids = vec![pad; batch * prompt_len as usize];
+        let mut valid = vec![0_i64; batch * capacity as usize];
+        for (i, p) in prompts.iter().enumerate() {
+            let offset = prompt_len as usize - p.len();
+            ids[i * prompt_len as usize + offset..(i + 1) * prompt_len as usize].copy_from_slice(p);
+            valid[i * capacity as usize + offset..i * capacity as usize + prompt_len as usize].fill(1);
+        }
+        let ids = Tensor::from_slice(&ids).view([b, prompt_len]).to_device(device);
+        let valid = Tensor::from_slice(&valid).view([b, capacity]).to_device(device);
+        let prompt_valid = valid.narrow(1, 0, prompt_len);
+        let positions = (prompt_valid.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let mut next_pos = positions.select(1, -1) + 1;
+        let mut cache = model.new_cache(b, capacity);
+
+        let started = Instant::now();
+        let mask =
+            if padded { AttentionMask::with_padding(&prompt_valid, 0, prompt_len) } else { AttentionMask::Causal };
+        let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
+        let mut logits = model.logits(&hidden.select(1, -1));
+        let mut rows = logits_rows(&logits, vocab)?;
+        stats.prefill_secs = started.elapsed().as_secs_f64();
+
+        let decode_started = Instant::now();
+        let stops: Vec<i64> = params.stop_token_ids.clone();
+        for step in 0..params.max_new_tokens {
+            let mut feed = vec![pad; batch];
+            for (i, seq) in seqs.iter_mut().enumerate() {
+                if seq.finish.is_some() {
+                    continue;
+                }
+                let row = &mut rows[i];
+                let raw_logprob = |token: i64, row: &[f32]| log_prob(row, token as usize);
+                let snapshot: Vec<f32> = row.clone();
+                let token = seq.sampler.next(row, &seq.seen);
+                seq.logprobs.push(raw_logprob(token, &snapshot));
+                seq.output.push(token);
+                seq.seen.push(token);
+                feed[i] = token;
+                stats.generated_tokens += 1;
+                if self.tokenizer().eos_ids().contains(&token) {
+                    seq.finish = Some(FinishReason::Eos);
+                } else if stops.contains(&token) {
+                    seq.finish = Some(FinishReason::StopToken);
+                } else if seq.output.len() == params.max_new_tokens {
+                    seq.finish = Some(FinishReason::Length);
+                }
+                let needs_text = longest_stop > 0 || on_token.is_some();
+                if needs_text {
+                    let text = self.tokenizer().decode(&seq.output)?;
+                    if let Some(at) = first_stop(&text, &params.stop_strings) {
+                        seq.finish = Some(FinishReason::StopString);
+                        seq.stop_at = Some(at);
+                    }
+                    if let Some(callback) = on_token.as_mut() {
+                        let end = match seq.stop_at {
+                            Some(at) => at,
+                            None if seq.finish.is_some() => text.len(),
+                            None => safe_prefix(&text, longest_stop),
+                        };
+                        let delta = if end > seq.streamed { &text[seq.streamed..end] } else { "" };
+                        callback(TokenEvent { sequence: i, token_id: token, text: delta });
+                        seq.streamed = seq.streamed.max(end);
+                    }
+                }
+            }
+            if seqs.iter().all(|s| s.finish.is_some()) || step + 1 == params.max_new_tokens {
+                break;
+            }
+            let column = prompt_len + step as i64;
+            let _ = valid.narrow(1, column, 1).fill_(1);
+            let feed = Tensor::from_slice(&feed).view([b, 1]).to_device(device);
+            let mask = if padded {
+                AttentionMask::with_padding(&valid.narrow(1, 0, column + 1), column, 1)
+            } else {
+                AttentionMask::Causal
+            };
+            let hidden = model.forward(&feed, &next_pos.unsqueeze(1), &mask, Some(&mut cache));
+            next_pos += 1;
+            logits = model.logits(&hidden.select(1, -1));
+            rows = logits_rows(&logits, vocab)?;
+        }
+        stats.decode_secs = decode_started.elapsed().as_secs_f64();
+
+        let mut out = Vec::with_capacity(batch);
+        for seq in seqs {
+            let mut text = self.tokenizer().decode(&seq.output)?;
+            if let Some(at) = seq.stop_at {
+                text.truncate(at);
+            }
+            out.push(Generation {
+                prompt_ids: seq.prompt,
+                output_ids: seq.output,
+                text,
+                finish_reason: seq.finish.unwrap_or(FinishReason::Length),
+                logprobs: seq.logprobs,
+            });
+        }
+        Ok((out, stats))
+    }
+
+    /// Generates from text prompts (encoded without special tokens; add a chat format yourself).
+    pub fn generate_text(
+        &self,
+        prompts: &[&str],
+        params: &SamplingParams,
+        on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
+    ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
+        let ids = prompts.iter().map(|p| self.tokenizer().encode(p)).collect::<Result<Vec<_>, _>>()?;
+        self.generate(&ids, params, on_token)
+    }
+}
+
+/// The last-position logits of each row, as f32 on the CPU (sampling happens in Rust).
+fn logits_rows(logits: &Tensor, vocab: i64) -> Result<Vec<Vec<f32>>, PolicyError> {
+    let flat = logits.to_kind(Kind::Float).to_device(Device::Cpu).contiguous().view([-1]);
+    let values = Vec::<f32>::try_from(&flat).map_err(PolicyError::Torch)?;
+    Ok(values.chunks(vocab as usize).map(<[f32]>::to_vec).collect())
+}
+
+/// Byte offset of the earliest stop string in `text`.
+fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops.iter().filter_map(|s| text.find(s.as_str())).min()
+}
+
+/// How much of `text` can be streamed now: everything but a tail that could still grow into a
+/// stop string, and never a trailing replacement character (half of a multi-byte character).
+fn safe_prefix(text: &str, longest_stop: usize) -> usize {
+    let mut end = text.len().saturating_sub(longest_stop.saturating_sub(1));
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let trimmed = text[..end].trim_end_matches('\u{FFFD}');
+    trimmed.len()
+}

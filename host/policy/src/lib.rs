@@ -1,0 +1,85 @@
+//! The agent's policy: a decoder-only transformer (Qwen2 and Llama families) on libtorch through
+//! `tch`, its tokenizer, generation with a key/value cache, and scoring for training.
+//!
+//! A [`Policy`] is a checkpoint directory in Hugging Face's layout (`config.json`,
+//! `model.safetensors` or sharded `model-*.safetensors` + `model.safetensors.index.json`,
+//! `tokenizer.json`, `tokenizer_config.json`), so real models load as they are and our own
+//! checkpoints load in `transformers`. Toolsmith adds `toolsmith-state.json` (training step,
+//! tokenizer hash, optimizer state).
+
+pub mod checkpoint;
+pub mod config;
+pub mod decoder;
+pub mod generate;
+pub mod llama;
+pub mod qwen2;
+pub mod sampling;
+pub mod score;
+pub mod tokenizer;
+
+use std::path::{Path, PathBuf};
+
+pub use checkpoint::{LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER};
+pub use config::{DecoderSpec, ModelConfig};
+pub use generate::{FinishReason, Generation, GenerationStats, TokenEvent};
+pub use sampling::SamplingParams;
+pub use score::{TokenScores, TokenSequence};
+pub use tch;
+pub use tokenizer::Tokenizer;
+
+/// Errors of the policy. Torch errors from libtorch itself (shapes, devices, out of memory) come
+/// through as [`PolicyError::Torch`].
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("invalid model config: {0}")]
+    Config(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint { path: PathBuf, message: String },
+    #[error("invalid request: {0}")]
+    Sampling(String),
+    #[error("device: {0}")]
+    Device(String),
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+impl PolicyError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io { path: path.to_owned(), source }
+    }
+
+    pub(crate) fn checkpoint(path: &Path, message: impl Into<String>) -> Self {
+        Self::Checkpoint { path: path.to_owned(), message: message.into() }
+    }
+}
+
+/// Sets the number of CPU threads libtorch uses for intra-op parallelism.
+pub fn set_threads(threads: usize) {
+    tch::set_num_threads(i32::try_from(threads.max(1)).unwrap_or(i32::MAX));
+}
+
+/// Parses a device name: `cpu`, `cuda`, `cuda:N`, or `auto` (CUDA when available).
+pub fn parse_device(name: &str) -> Result<tch::Device, PolicyError> {
+    let device = match name {
+        "auto" => tch::Device::cuda_if_available(),
+        "cpu" => tch::Device::Cpu,
+        "cuda" => tch::Device::Cuda(0),
+        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) => tch::Device::Cuda(n),
+            None => return Err(PolicyError::Device(format!("unknown device {other:?} (auto, cpu, cuda, cuda:N)"))),
+        },
+    };
+    if let tch::Device::Cuda(n) = device {
+        let count = tch::Cuda::device_count();
+        if n as i64 >= count {
+            return Err(PolicyError::Device(format!(
+                "{name}: CUDA is not available here ({count} device(s) visible to libtorch)"
+            )));
+        }
+    }
+    Ok(device)
+}

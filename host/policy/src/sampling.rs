@@ -1,0 +1,168 @@
+//! Choosing the next token from a row of logits: greedy, temperature, top-k, top-p (nucleus) and
+//! repetition penalty, with a seeded generator so a run can be repeated exactly.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::PolicyError;
+
+/// How to sample a continuation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    pub max_new_tokens: usize,
+    /// 0 means greedy (argmax).
+    pub temperature: f64,
+    /// Nucleus mass in (0, 1]; 1 disables it.
+    pub top_p: f64,
+    /// Keep only the k most likely tokens; 0 disables it.
+    pub top_k: usize,
+    /// Hugging Face's (CTRL) penalty over prompt and generated tokens: positive logits divided by
+    /// it, negative ones multiplied. 1 disables it.
+    pub repetition_penalty: f64,
+    /// Generation stops once the text contains one of these; the text ends before it.
+    pub stop_strings: Vec<String>,
+    /// Extra ids that end a sequence, besides the tokenizer's end-of-sequence ids.
+    pub stop_token_ids: Vec<i64>,
+    /// Seed of the sampler (sequence i of a batch uses `seed + i`).
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 64,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            repetition_penalty: 1.0,
+            stop_strings: Vec::new(),
+            stop_token_ids: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy(max_new_tokens: usize) -> Self {
+        Self { max_new_tokens, ..Self::default() }
+    }
+
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let bad = |message: String| Err(PolicyError::Sampling(message));
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return bad(format!("temperature must be >= 0, got {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return bad(format!("repetition_penalty must be > 0, got {}", self.repetition_penalty));
+        }
+        if self.stop_strings.iter().any(String::is_empty) {
+            return bad("stop strings must not be empty".into());
+        }
+        Ok(())
+    }
+}
+
+/// Applies the repetition penalty in place to the logits of tokens in `seen`.
+pub fn apply_repetition_penalty(logits: &mut [f32], seen: &[i64], penalty: f64) {
+    if penalty == 1.0 {
+        return;
+    }
+    let penalty = penalty as f32;
+    let mut done = vec![false; logits.len()];
+    for &id in seen {
+        let Ok(i) = usize::try_from(id) else { continue };
+        if i < logits.len() && !done[i] {
+            done[i] = true;
+            let l = &mut logits[i];
+            *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+        }
+    }
+}
+
+/// The sampling distribution after temperature, top-k and top-p: `(token, probability)` pairs,
+/// most likely first, probabilities renormalised to sum to 1.
+pub fn distribution(logits: &[f32], params: &SamplingParams) -> Vec<(usize, f64)> {
+    let temperature = params.temperature.max(f64::MIN_POSITIVE);
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let mut probs: Vec<(usize, f64)> = logits
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.is_finite())
+        .map(|(i, &l)| (i, ((l as f64 - max) / temperature).exp()))
+        .collect();
+    probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    if params.top_k > 0 {
+        probs.truncate(params.top_k);
+    }
+    let total: f64 = probs.iter().map(|p| p.1).sum();
+    if params.top_p < 1.0 {
+        // The smallest prefix whose mass reaches top_p (always at least one token).
+        let mut mass = 0.0;
+        let mut keep = 0;
+        for (_, p) in &probs {
+            keep += 1;
+            mass += p / total;
+            if mass >= params.top_p {
+                break;
+            }
+        }
+        probs.truncate(keep.max(1));
+    }
+    let total: f64 = probs.iter().map(|p| p.1).sum();
+    probs.iter_mut().for_each(|p| p.1 /= total);
+    probs
+}
+
+/// Picks tokens for one sequence, with its own seeded generator.
+#[derive(Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+}
+
+impl Sampler {
+    pub fn new(params: &SamplingParams, stream: u64) -> Self {
+        Self { params: params.clone(), rng: StdRng::seed_from_u64(params.seed.wrapping_add(stream)) }
+    }
+
+    /// Chooses the next token given this step's logits and every token seen so far.
+    pub fn next(&mut self, logits: &mut [f32], seen: &[i64]) -> i64 {
+        apply_repetition_penalty(logits, seen, self.params.repetition_penalty);
+        if self.params.temperature == 0.0 {
+            return argmax(logits) as i64;
+        }
+        let dist = distribution(logits, &self.params);
+        let mut u: f64 = self.rng.random();
+        for &(token, p) in &dist {
+            if u < p {
+                return token as i64;
+            }
+            u -= p;
+        }
+        // Rounding left a sliver of mass: it belongs to the last kept token.
+        dist.last().map_or_else(|| argmax(logits) as i64, |&(token, _)| token as i64)
+    }
+}
+
+/// Index of the largest logit (the first one on ties, like `torch.argmax`).
+pub fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// `log softmax(logits)[token]` in f64.
+pub fn log_prob(logits: &[f32], token: usize) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    logits.get(token).map_or(f64::NEG_INFINITY, |&l| l as f64 - max - sum.ln())
+}

@@ -1,0 +1,201 @@
+//! The tokenizer: any Hugging Face `tokenizer.json` through the `tokenizers` crate, plus the
+//! special tokens of `tokenizer_config.json`, and the byte-level BPE of the tiny default model,
+//! trained with the same crate, in which every trace tag is one token.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use serde_json::{Value, json};
+use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, TokenizerBuilder};
+
+use crate::PolicyError;
+
+/// The tags of the trace grammar. Each is one token in the tiny model's vocabulary, so the agent
+/// can never emit half a tag, and stop conditions and masks work on single ids. They are "added"
+/// but not "special" tokens (as Qwen2's `<tool_call>`): decoding keeps them in the text.
+pub const TRACE_TAGS: &[&str] = &[
+    "<think>",
+    "</think>",
+    "<plan>",
+    "</plan>",
+    "<subtask>",
+    "</subtask>",
+    "<tool_call>",
+    "</tool_call>",
+    "<observation>",
+    "</observation>",
+    "<mem>",
+    "</mem>",
+    "<reflection>",
+    "</reflection>",
+    "<answer>",
+    "</answer>",
+    "<graph>",
+    "</graph>",
+    "<node",
+    "</node>",
+];
+
+/// Control tokens of the tiny model's ChatML format (special: dropped when decoding text).
+pub const END_OF_TEXT: &str = "<|endoftext|>";
+pub const IM_START: &str = "<|im_start|>";
+pub const IM_END: &str = "<|im_end|>";
+const CONTROL_TOKENS: &[&str] = &[END_OF_TEXT, IM_START, IM_END];
+
+/// ChatML, as Qwen2 writes it; stored in `tokenizer_config.json` for other tools to use.
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// A tokenizer with the special tokens the policy needs.
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Ids that end a generation (`eos_token` of the config, `<|im_end|>`, ...).
+    eos_ids: Vec<i64>,
+    pad_id: Option<i64>,
+    bos_id: Option<i64>,
+    chat_template: Option<String>,
+    /// BLAKE3 of the `tokenizer.json` bytes: checkpoints record it to catch mismatched pairs.
+    hash: String,
+}
+
+fn tokenizer_error(context: &str, e: impl std::fmt::Display) -> PolicyError {
+    PolicyError::Tokenizer(format!("{context}: {e}"))
+}
+
+impl Tokenizer {
+    /// Loads `tokenizer.json` and, when present beside it, `tokenizer_config.json`.
+    pub fn from_dir(dir: &Path) -> Result<Self, PolicyError> {
+        let path = dir.join("tokenizer.json");
+        let bytes = std::fs::read(&path).map_err(|e| PolicyError::io(&path, e))?;
+        let config_path = dir.join("tokenizer_config.json");
+        let config = if config_path.exists() {
+            let text = std::fs::read_to_string(&config_path).map_err(|e| PolicyError::io(&config_path, e))?;
+            Some(serde_json::from_str(&text).map_err(|e| tokenizer_error(&config_path.display().to_string(), e))?)
+        } else {
+            None
+        };
+        Self::from_bytes(&bytes, config.as_ref()).map_err(|e| tokenizer_error(&path.display().to_string(), e))
+    }
+
+    /// Builds from `tokenizer.json` bytes and an optional parsed `tokenizer_config.json`.
+    pub fn from_bytes(bytes: &[u8], config: Option<&Value>) -> Result<Self, PolicyError> {
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| tokenizer_error("tokenizer.json", e))?;
+        let token_field = |key: &str| -> Option<String> {
+            let v = config?.get(key)?;
+            // Either "<s>" or {"content": "<s>", ...}.
+            v.as_str().or_else(|| v.get("content")?.as_str()).map(str::to_owned)
+        };
+        let id_of = |token: &str| inner.token_to_id(token).map(i64::from);
+        let mut eos_ids: Vec<i64> = Vec::new();
+        let named_eos = token_field("eos_token");
+        for token in named_eos.iter().map(String::as_str).chain([IM_END, END_OF_TEXT]) {
+            // <|im_end|> and <|endoftext|> end a turn wherever they exist (ChatML models).
+            if let Some(id) = id_of(token).filter(|id| !eos_ids.contains(id)) {
+                eos_ids.push(id);
+            }
+        }
+        let pad_id = token_field("pad_token").and_then(|t| id_of(&t));
+        let bos_id = token_field("bos_token").and_then(|t| id_of(&t));
+        let chat_template = config.and_then(|c| c.get("chat_template")).and_then(Value::as_str).map(str::to_owned);
+        Ok(Self { inner, eos_ids, pad_id, bos_id, chat_template, hash: blake3::hash(bytes).to_hex().to_string() })
+    }
+
+    pub fn encode(&self, text: &str) -> Result<Vec<i64>, PolicyError> {
+        let encoding = self.inner.encode(text, false).map_err(|e| tokenizer_error("encode", e))?;
+        Ok(encoding.get_ids().iter().map(|&id| i64::from(id)).collect())
+    }
+
+    /// Decodes ids to text, dropping special (control) tokens but keeping trace tags.
+    pub fn decode(&self, ids: &[i64]) -> Result<String, PolicyError> {
+        let ids = ids
+            .iter()
+            .map(|&id| u32::try_from(id).map_err(|_| tokenizer_error("decode", format!("invalid token id {id}"))))
+            .collect::<Result<Vec<u32>, _>>()?;
+        self.inner.decode(&ids, true).map_err(|e| tokenizer_error("decode", e))
+    }
+
+    pub fn token_id(&self, token: &str) -> Option<i64> {
+        self.inner.token_to_id(token).map(i64::from)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn eos_ids(&self) -> &[i64] {
+        &self.eos_ids
+    }
+
+    /// The padding id: the configured pad token, else the first end-of-sequence id, else 0.
+    pub fn pad_id(&self) -> i64 {
+        self.pad_id.or(self.eos_ids.first().copied()).unwrap_or(0)
+    }
+
+    pub fn bos_id(&self) -> Option<i64> {
+        self.bos_id
+    }
+
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// `tokenizer.json` text for this tokenizer.
+    pub fn to_json(&self) -> Result<String, PolicyError> {
+        self.inner.to_string(false).map_err(|e| tokenizer_error("serialise", e))
+    }
+}
+
+/// Trains the tiny model's byte-level BPE on `texts`: 256 byte tokens, `vocab_size` in all, the
+/// ChatML control tokens first (ids 0..3) and every trace tag as one added token. Deterministic
+/// for the same texts and size.
+pub fn train_tiny(texts: &[String], vocab_size: usize) -> Result<tokenizers::Tokenizer, PolicyError> {
+    let specials: Vec<AddedToken> = CONTROL_TOKENS.iter().map(|t| AddedToken::from(t.to_string(), true)).collect();
+    let mut trainer = BpeTrainerBuilder::new()
+        .vocab_size(vocab_size.saturating_sub(TRACE_TAGS.len()))
+        .min_frequency(2)
+        .show_progress(false)
+        .special_tokens(specials)
+        .initial_alphabet(ByteLevel::alphabet().into_iter().collect::<HashSet<char>>())
+        .build();
+    let mut tokenizer = TokenizerBuilder::new()
+        .with_model(BPE::default())
+        .with_normalizer(None::<tokenizers::NormalizerWrapper>)
+        .with_pre_tokenizer(Some(ByteLevel::new(false, true, true)))
+        .with_post_processor(Some(ByteLevel::new(false, true, true)))
+        .with_decoder(Some(ByteLevel::new(false, true, true)))
+        .build()
+        .map_err(|e| tokenizer_error("build", e))?;
+    tokenizer.train(&mut trainer, texts.iter()).map_err(|e| tokenizer_error("train", e))?;
+    let tags: Vec<AddedToken> =
+        TRACE_TAGS.iter().map(|t| AddedToken::from(t.to_string(), false).normalized(false)).collect();
+    tokenizer.add_tokens(tags).map_err(|e| tokenizer_error("add trace tags", e))?;
+    let mut tokenizer: tokenizers::Tokenizer = tokenizer.into();
+    // The control tokens were already in the vocabulary; mark them special for decoding too.
+    let control: Vec<AddedToken> = CONTROL_TOKENS.iter().map(|t| AddedToken::from(t.to_string(), true)).collect();
+    tokenizer.add_special_tokens(control).map_err(|e| tokenizer_error("add control tokens", e))?;
+    Ok(tokenizer)
+}
+
+/// `tokenizer_config.json` for the tiny tokenizer (what `transformers` reads beside it).
+pub fn tiny_tokenizer_config() -> Value {
+    json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": null,
+        "eos_token": IM_END,
+        "pad_token": END_OF_TEXT,
+        "unk_token": null,
+        "model_max_length": 2048,
+        "chat_template": CHATML_TEMPLATE,
+        "clean_up_tokenization_spaces": false,
+    })
+}
