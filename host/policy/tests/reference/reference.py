@@ -1,0 +1,149 @@
+"""Reference implementation for the policy's equivalence tests and benchmark: Hugging Face
+transformers on PyTorch eager (CPU unless --device says otherwise).
+
+  reference.py make  --arch qwen2|llama --tokenizer DIR --out DIR --inputs FILE
+      Creates a small random model with transformers, saves it (safetensors + tokenizer) to OUT,
+      and writes OUT/reference.json (token ids of the inputs, greedy generations) and
+      OUT/reference.safetensors (logits of a right-padded batch).
+  reference.py bench --model DIR --threads N --batch B --seq T --steps S --new-tokens K
+      Prints one JSON line: forward+backward tokens/s, generate tokens/s, peak RSS (MiB).
+"""
+import argparse
+import json
+import resource
+import sys
+import time
+
+import torch
+from safetensors.torch import save_file
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
+
+
+def tokenizer_from(dir):
+    tok = PreTrainedTokenizerFast(tokenizer_file=f"{dir}/tokenizer.json")
+    tok.eos_token = "<|im_end|>"
+    tok.pad_token = "<|endoftext|>"
+    return tok
+
+
+def make(args):
+    torch.manual_seed(args.seed)
+    tok = tokenizer_from(args.tokenizer)
+    vocab = (len(tok) + 63) // 64 * 64
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  rms_norm_eps=1e-6, initializer_range=0.2, eos_token_id=tok.eos_token_id,
+                  pad_token_id=tok.pad_token_id, bos_token_id=None)
+    if args.arch == "qwen2":
+        config = Qwen2Config(**common, tie_word_embeddings=False,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        model = Qwen2ForCausalLM(config)
+    else:
+        # Llama 3.1's rope schedule and tied embeddings: the other code paths.
+        config = LlamaConfig(**common, tie_word_embeddings=True,
+                             rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                              "original_max_position_embeddings": 64})
+        model = LlamaForCausalLM(config)
+    model = model.to(args.device).eval()
+    model.save_pretrained(args.out, safe_serialization=True)
+    tok.save_pretrained(args.out)
+
+    inputs = json.load(open(args.inputs))
+    texts = inputs["texts"]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    longest = max(map(len, ids))
+    eos = [tok.eos_token_id, tok.pad_token_id]
+    with torch.no_grad():
+        # Right padding: positions 0.. for every real token, the same as the Rust scorer.
+        batch = torch.tensor([x + [tok.pad_token_id] * (longest - len(x)) for x in ids], device=args.device)
+        mask = torch.tensor([[1] * len(x) + [0] * (longest - len(x)) for x in ids], device=args.device)
+        logits = model(input_ids=batch, attention_mask=mask).logits.float().cpu()
+        save_file({"logits": logits.contiguous()}, f"{args.out}/reference.safetensors")
+
+        def greedy(prompts):
+            left = max(map(len, prompts))
+            batch = torch.tensor([[tok.pad_token_id] * (left - len(x)) + x for x in prompts], device=args.device)
+            mask = torch.tensor([[0] * (left - len(x)) + [1] * len(x) for x in prompts], device=args.device)
+            out = model.generate(input_ids=batch, attention_mask=mask, do_sample=False,
+                                 max_new_tokens=inputs["max_new_tokens"], eos_token_id=eos,
+                                 pad_token_id=tok.pad_token_id)
+            return [cut(row[left:].tolist(), eos) for row in out]
+
+        single = [greedy([x])[0] for x in ids]
+        batched = greedy(ids)
+    json.dump({"input_ids": ids, "greedy_single": single, "greedy_batched": batched}, open(f"{args.out}/reference.json", "w"))
+
+
+def cut(tokens, eos):
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1]
+    return tokens
+
+
+def bench(args):
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).train()
+    vocab = model.config.vocab_size
+    x = torch.randint(0, vocab, (args.batch, args.seq))
+
+    def step():
+        logits = model(input_ids=x).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), x[:, 1:].reshape(-1))
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    train = args.batch * args.seq / sorted(times)[len(times) // 2]
+
+    model.eval()
+    prompt = torch.randint(3, vocab, (1, args.prompt))
+    with torch.no_grad():
+        kwargs = dict(do_sample=False, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                      pad_token_id=0, eos_token_id=None)
+        model.generate(input_ids=prompt, **kwargs)
+        rates = []
+        for _ in range(args.generations):
+            t = time.perf_counter()
+            out = model.generate(input_ids=prompt, **kwargs)
+            rates.append((out.shape[1] - args.prompt) / (time.perf_counter() - t))
+    generate = sorted(rates)[len(rates) // 2]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"train_tokens_per_sec": train, "generate_tokens_per_sec": generate, "peak_rss_mib": peak}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("--arch", choices=["qwen2", "llama"], required=True)
+    m.add_argument("--tokenizer", required=True)
+    m.add_argument("--out", required=True)
+    m.add_argument("--inputs", required=True)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--device", default="cpu")
+    b = sub.add_parser("bench")
+    b.add_argument("--model", required=True)
+    b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--batch", type=int, default=8)
+    b.add_argument("--seq", type=int, default=128)
+    b.add_argument("--steps", type=int, default=10)
+    b.add_argument("--prompt", type=int, default=16)
+    b.add_argument("--new-tokens", type=int, default=128)
+    b.add_argument("--generations", type=int, default=5)
+    args = p.parse_args()
+    torch.set_num_threads(getattr(args, "threads", 1))
+    {"make": make, "bench": bench}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
