@@ -1,0 +1,205 @@
+//! Generation and sampling on the tiny model: the cache is exact, batching changes nothing,
+//! sampling statistics hold, stop conditions and streaming behave.
+
+mod common;
+
+use std::collections::HashMap;
+
+use tch::{Kind, Tensor};
+use toolsmith_policy::decoder::AttentionMask;
+use toolsmith_policy::sampling::{Sampler, distribution};
+use toolsmith_policy::{FinishReason, SamplingParams, TokenEvent};
+
+fn prompts(policy: &toolsmith_policy::Policy) -> Vec<Vec<i64>> {
+    ["<|im_start|>user\nWhere was Grace Hopper born?<|im_end|>\n", "<plan>\nTask 1:", "hi"]
+        .iter()
+        .map(|t| policy.tokenizer().encode(t).expect("encode"))
+        .collect()
+}
+
+#[test]
+fn kv_cache_decoding_matches_a_full_forward() {
+    let policy = common::tiny(1);
+    let model = policy.model();
+    let ids: Vec<i64> = policy.tokenizer().encode("<think>the tool graph grows</think><answer>").expect("encode");
+    let t = ids.len() as i64;
+    let input = Tensor::from_slice(&ids).view([1, t]);
+    let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
+    let _guard = tch::no_grad_guard();
+    let full = model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None));
+    // Prefill half, then one token at a time through the cache.
+    let mut cache = model.new_cache(1, t);
+    let half = t / 2;
+    let mut steps = vec![model.logits(&model.forward(
+        &input.narrow(1, 0, half),
+        &positions.narrow(1, 0, half),
+        &AttentionMask::Causal,
+        Some(&mut cache),
+    ))];
+    for i in half..t {
+        steps.push(model.logits(&model.forward(
+            &input.narrow(1, i, 1),
+            &positions.narrow(1, i, 1),
+            &AttentionMask::Causal,
+            Some(&mut cache),
+        )));
+    }
+    assert_eq!(cache.len(), t);
+    let incremental = Tensor::cat(&steps, 1);
+    let diff = (full - incremental).abs().max().double_value(&[]);
+    assert!(diff < 1e-4, "cached decoding differs by {diff}");
+}
+
+#[test]
+fn batched_generation_equals_one_prompt_at_a_time() {
+    let policy = common::tiny(2);
+    let prompts = prompts(&policy);
+    for params in [
+        SamplingParams::greedy(12),
+        SamplingParams { max_new_tokens: 12, temperature: 0.9, top_p: 0.9, seed: 5, ..SamplingParams::default() },
+    ] {
+        let (batched, _) = policy.generate(&prompts, &params, None).expect("batch");
+        for (i, prompt) in prompts.iter().enumerate() {
+            // Sequence i of a batch samples with seed + i.
+            let single = SamplingParams { seed: params.seed + i as u64, ..params.clone() };
+            let (alone, _) = policy.generate(std::slice::from_ref(prompt), &single, None).expect("single");
+            assert_eq!(batched[i].output_ids, alone[0].output_ids, "prompt {i}, {params:?}");
+            assert_eq!(batched[i].prompt_ids, *prompt);
+        }
+    }
+}
+
+#[test]
+fn seeded_sampling_is_reproducible_and_seeds_differ() {
+    let policy = common::tiny(3);
+    let prompt = prompts(&policy).remove(0);
+    let params = |seed| SamplingParams { max_new_tokens: 24, temperature: 1.0, seed, ..SamplingParams::default() };
+    let run = |seed| policy.generate(std::slice::from_ref(&prompt), &params(seed), None).expect("generate").0;
+    let (a, b, c) = (run(11), run(11), run(12));
+    assert_eq!(a, b, "same seed, same continuation");
+    assert_ne!(a[0].output_ids, c[0].output_ids, "another seed samples another continuation");
+    // Behaviour log-probs are real log-probabilities.
+    assert!(a[0].logprobs.iter().all(|&lp| lp <= 0.0 && lp.is_finite()));
+    assert_eq!(a[0].logprobs.len(), a[0].output_ids.len());
+}
+
+#[test]
+fn top_p_keeps_the_smallest_nucleus_and_samples_only_from_it() {
+    // A known distribution: softmax of these logits.
+    let logits: Vec<f32> = vec![2.0, 1.5, 1.0, 0.5, 0.0, -1.0, -2.0, -4.0];
+    let params = SamplingParams { temperature: 1.0, top_p: 0.8, ..SamplingParams::default() };
+    let full = distribution(&logits, &SamplingParams { top_p: 1.0, ..params.clone() });
+    let nucleus = distribution(&logits, &params);
+    let kept: f64 = full.iter().take(nucleus.len()).map(|p| p.1).sum();
+    let one_less: f64 = full.iter().take(nucleus.len() - 1).map(|p| p.1).sum();
+    assert!(kept >= 0.8 && one_less < 0.8, "nucleus of {} tokens holds {kept}", nucleus.len());
+    assert!((nucleus.iter().map(|p| p.1).sum::<f64>() - 1.0).abs() < 1e-9);
+
+    // Empirical frequencies match the renormalised nucleus; nothing outside it is drawn.
+    let mut sampler = Sampler::new(&params, 0);
+    let draws = 20_000;
+    let mut counts: HashMap<i64, usize> = HashMap::new();
+    for _ in 0..draws {
+        *counts.entry(sampler.next(&mut logits.clone(), &[])).or_default() += 1;
+    }
+    for (token, p) in &nucleus {
+        let freq = counts.get(&(*token as i64)).copied().unwrap_or(0) as f64 / draws as f64;
+        assert!((freq - p).abs() < 0.015, "token {token}: frequency {freq:.4}, probability {p:.4}");
+    }
+    let outside: usize = counts.iter().filter(|(t, _)| !nucleus.iter().any(|(k, _)| *k as i64 == **t)).map(|(_, c)| c).sum();
+    assert_eq!(outside, 0, "tokens outside the nucleus were sampled");
+}
+
+#[test]
+fn temperature_sharpens_and_top_k_truncates() {
+    let logits: Vec<f32> = vec![1.0, 0.5, 0.0, -0.5];
+    let p = |temperature: f64, top_k: usize| {
+        distribution(&logits, &SamplingParams { temperature, top_k, ..SamplingParams::default() })
+    };
+    assert!(p(0.5, 0)[0].1 > p(1.0, 0)[0].1 && p(1.0, 0)[0].1 > p(2.0, 0)[0].1);
+    let top2 = p(1.0, 2);
+    assert_eq!(top2.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
+}
+
+#[test]
+fn repetition_penalty_lowers_the_chance_of_seen_tokens() {
+    let logits: Vec<f32> = vec![2.0, 1.0, -1.0, 0.5];
+    let seen = [0_i64, 2];
+    let params = SamplingParams { temperature: 1.0, repetition_penalty: 1.5, ..SamplingParams::default() };
+    let mut penalised = logits.clone();
+    toolsmith_policy::sampling::apply_repetition_penalty(&mut penalised, &seen, 1.5);
+    assert_eq!(penalised, vec![2.0 / 1.5, 1.0, -1.5, 0.5]);
+    let before = distribution(&logits, &params);
+    let after = distribution(&penalised, &params);
+    let prob = |d: &[(usize, f64)], t: usize| d.iter().find(|x| x.0 == t).map_or(0.0, |x| x.1);
+    assert!(prob(&after, 0) < prob(&before, 0) && prob(&after, 2) < prob(&before, 2));
+    assert!(prob(&after, 1) > prob(&before, 1));
+
+    // On the model: greedy decoding of a random model loops; the penalty breaks the loops.
+    let policy = common::tiny(4);
+    let prompt = policy.tokenizer().encode("hello").expect("encode");
+    let distinct = |penalty: f64| {
+        let params = SamplingParams { max_new_tokens: 48, repetition_penalty: penalty, ..SamplingParams::default() };
+        let (out, _) = policy.generate(std::slice::from_ref(&prompt), &params, None).expect("generate");
+        let mut ids = out[0].output_ids.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    };
+    let (plain, penalised) = (distinct(1.0), distinct(2.0));
+    assert!(penalised > plain, "distinct tokens: {plain} without the penalty, {penalised} with it");
+}
+
+#[test]
+fn stop_strings_stop_tokens_and_streaming() {
+    let policy = common::tiny(5);
+    let prompt = policy.tokenizer().encode("<answer>").expect("encode");
+    let base = SamplingParams { max_new_tokens: 30, temperature: 1.0, seed: 9, ..SamplingParams::default() };
+    let (free, _) = policy.generate(std::slice::from_ref(&prompt), &base, None).expect("generate");
+    let free = &free[0];
+    assert_eq!(free.finish_reason, FinishReason::Length);
+    assert_eq!(free.output_ids.len(), 30);
+
+    // A stop string taken from the middle of the free-running text ends the generation there.
+    let chars: Vec<char> = free.text.chars().collect();
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
+    let params = SamplingParams { stop_strings: vec![stop.clone()], ..base.clone() };
+    let mut streamed = String::new();
+    let mut events = 0;
+    let mut on_token = |e: TokenEvent<'_>| {
+        events += 1;
+        streamed.push_str(e.text);
+    };
+    let (out, _) = policy.generate(std::slice::from_ref(&prompt), &params, Some(&mut on_token)).expect("generate");
+    let g = &out[0];
+    assert_eq!(g.finish_reason, FinishReason::StopString);
+    assert!(!g.text.contains(&stop), "the text ends before the stop string");
+    assert!(free.text.starts_with(&g.text));
+    assert_eq!(streamed, g.text, "the stream adds up to the final text");
+    assert_eq!(events, g.output_ids.len(), "one event per token");
+
+    // A stop token ends it too, and is kept in the ids.
+    let stop_id = free.output_ids[10];
+    let first = free.output_ids.iter().position(|&t| t == stop_id).expect("present");
+    let params = SamplingParams { stop_token_ids: vec![stop_id], ..base };
+    let (out, _) = policy.generate(std::slice::from_ref(&prompt), &params, None).expect("generate");
+    assert_eq!(out[0].finish_reason, FinishReason::StopToken);
+    assert_eq!(out[0].output_ids, free.output_ids[..=first]);
+}
+
+#[test]
+fn bad_requests_are_errors() {
+    let policy = common::tiny(6);
+    let bad = |params: SamplingParams, prompts: Vec<Vec<i64>>| policy.generate(&prompts, &params, None).is_err();
+    assert!(bad(SamplingParams::greedy(4), vec![vec![]]), "empty prompt");
+    assert!(bad(SamplingParams::greedy(4), vec![vec![1_000_000]]), "id outside the vocabulary");
+    assert!(bad(SamplingParams::greedy(4), vec![vec![-1]]), "negative id");
+    assert!(bad(SamplingParams { top_p: 0.0, ..SamplingParams::default() }, vec![vec![5]]));
+    assert!(bad(SamplingParams { temperature: -1.0, ..SamplingParams::default() }, vec![vec![5]]));
+    assert!(bad(SamplingParams { repetition_penalty: 0.0, ..SamplingParams::default() }, vec![vec![5]]));
+    assert!(bad(SamplingParams { stop_strings: vec![String::new()], ..SamplingParams::default() }, vec![vec![5]]));
+    // Nothing to do is not an error.
+    let (out, stats) = policy.generate(&[vec![5]], &SamplingParams::greedy(0), None).expect("zero tokens");
+    assert!(out[0].output_ids.is_empty());
+    assert_eq!(stats.generated_tokens, 0);
+}

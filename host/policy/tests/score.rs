@@ -1,0 +1,120 @@
+//! Scoring for training: log-probs and entropy agree with a direct computation, micro-batches give
+//! the same gradients as one batch, and the reference copy is frozen.
+
+mod common;
+
+use tch::nn::OptimizerConfig;
+use tch::{Kind, Tensor};
+use toolsmith_policy::TokenSequence;
+use toolsmith_policy::decoder::AttentionMask;
+use toolsmith_policy::score::micro_batches;
+
+fn sequences(policy: &toolsmith_policy::Policy) -> Vec<TokenSequence> {
+    let enc = |t: &str| policy.tokenizer().encode(t).expect("encode");
+    vec![
+        TokenSequence::completion(&enc("<|im_start|>user\nWhat is 6*7?<|im_end|>\n"), &enc("<answer>42</answer>")),
+        TokenSequence::completion(&enc("hi"), &enc("<think>short</think>")),
+        TokenSequence::completion(&enc("<plan>\nTask 1: look up - Dependencies: none\n</plan>"), &enc("<tool_call>{}</tool_call>")),
+    ]
+}
+
+#[test]
+fn logprobs_and_entropy_match_a_direct_computation() {
+    let policy = common::tiny(20);
+    let seqs = sequences(&policy);
+    let scores = tch::no_grad(|| policy.score(&seqs, true)).expect("score");
+    let entropy = scores.entropy.as_ref().expect("entropy");
+    for (i, seq) in seqs.iter().enumerate() {
+        let t = seq.ids.len() as i64;
+        let input = Tensor::from_slice(&seq.ids).view([1, t]);
+        let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
+        let model = policy.model();
+        let logits = tch::no_grad(|| model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None)));
+        let log_probs = logits.log_softmax(-1, Kind::Float).get(0);
+        for j in 1..t {
+            let expected = log_probs.get(j - 1).get(seq.ids[j as usize]).double_value(&[]);
+            let got = scores.logprobs.get(i as i64).get(j).double_value(&[]);
+            assert!((expected - got).abs() < 1e-5, "sequence {i} token {j}: {got} vs {expected}");
+            let p = log_probs.get(j - 1).exp();
+            let h = -(&p * log_probs.get(j - 1)).sum(Kind::Float).double_value(&[]);
+            assert!((h - entropy.get(i as i64).get(j).double_value(&[])).abs() < 1e-4);
+            let masked = scores.mask.get(i as i64).get(j).double_value(&[]);
+            assert_eq!(masked == 1.0, seq.loss_mask[j as usize], "mask follows the loss mask");
+        }
+        // Padding is never scored.
+        for j in t..scores.mask.size()[1] {
+            assert_eq!(scores.mask.get(i as i64).get(j).double_value(&[]), 0.0);
+        }
+    }
+}
+
+fn gradients(policy: &toolsmith_policy::Policy) -> Vec<Tensor> {
+    let mut named: Vec<(String, Tensor)> = policy.var_store().variables().into_iter().collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    named.iter().map(|(_, v)| v.grad().copy()).collect()
+}
+
+#[test]
+fn micro_batches_accumulate_the_same_gradients() {
+    let policy = common::tiny(21);
+    let seqs = sequences(&policy);
+    let total_tokens: f64 = seqs.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count() as f64).sum();
+    let loss = |scores: &toolsmith_policy::TokenScores, _range: std::ops::Range<usize>| {
+        -(&scores.logprobs * &scores.mask).sum(Kind::Float) / total_tokens
+    };
+    let whole = policy.accumulate_gradients(&seqs, usize::MAX, false, loss).expect("one batch");
+    let full = gradients(&policy);
+    policy.var_store().trainable_variables().iter_mut().for_each(|v| v.zero_grad());
+    let groups = micro_batches(&seqs, 30);
+    assert!(groups.len() > 1, "the test needs several micro-batches, got {groups:?}");
+    let split = policy.accumulate_gradients(&seqs, 30, false, loss).expect("micro-batches");
+    assert!((whole - split).abs() < 1e-5, "loss {whole} vs {split}");
+    for (a, b) in full.iter().zip(gradients(&policy)) {
+        let diff = (a - b).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "gradient differs by {diff}");
+    }
+}
+
+#[test]
+fn micro_batches_cover_every_sequence_once_within_the_budget() {
+    let seq = |n: usize| TokenSequence { ids: vec![1; n], loss_mask: vec![true; n] };
+    let seqs = vec![seq(10), seq(4), seq(12), seq(40), seq(3), seq(3)];
+    let groups = micro_batches(&seqs, 32);
+    let mut covered = Vec::new();
+    for g in &groups {
+        let longest = seqs[g.clone()].iter().map(|s| s.ids.len()).max().unwrap_or(0);
+        assert!(longest * g.len() <= 32 || g.len() == 1, "{g:?} is over budget");
+        covered.extend(g.clone());
+    }
+    assert_eq!(covered, (0..seqs.len()).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_reference_copy_is_frozen_while_the_policy_trains() {
+    let policy = common::tiny(22);
+    let reference = policy.reference().expect("reference");
+    assert!(reference.var_store().trainable_variables().iter().all(|v| !v.requires_grad()));
+    let seqs = sequences(&policy);
+    let before = tch::no_grad(|| reference.score(&seqs, false)).expect("score").sequence_logprobs();
+    let mut opt = tch::nn::Adam::default().build(policy.var_store(), 1e-2).expect("optimizer");
+    for _ in 0..3 {
+        opt.zero_grad();
+        let scores = policy.score(&seqs, false).expect("score");
+        let loss = -scores.sequence_logprobs().mean(Kind::Float);
+        opt.backward_step(&loss);
+    }
+    let after_ref = tch::no_grad(|| reference.score(&seqs, false)).expect("score").sequence_logprobs();
+    let after_policy = tch::no_grad(|| policy.score(&seqs, false)).expect("score").sequence_logprobs();
+    assert_eq!((&before - &after_ref).abs().max().double_value(&[]), 0.0, "the reference moved");
+    // Maximising the completions' likelihood raised it.
+    assert!((after_policy - before).min().double_value(&[]) > 0.0);
+}
+
+#[test]
+fn bad_batches_are_errors() {
+    let policy = common::tiny(23);
+    assert!(policy.score(&[], false).is_err());
+    assert!(policy.score(&[TokenSequence { ids: vec![1], loss_mask: vec![true] }], false).is_err());
+    assert!(policy.score(&[TokenSequence { ids: vec![1, 2], loss_mask: vec![true] }], false).is_err());
+    assert!(policy.score(&[TokenSequence { ids: vec![1, 99_999], loss_mask: vec![true, true] }], false).is_err());
+}
