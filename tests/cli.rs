@@ -118,6 +118,11 @@ fn quickstart_reproduces_every_example() {
     assert!(stdout.contains("tools/list        -> calculator, create_and_execute_mcp"), "{stdout}");
     assert!(stdout.contains("search_tools      -> units"), "{stdout}");
     assert!(stdout.contains("isError true, kind \"invalid_args\""), "{stdout}");
+    // The policy section: init, checkpoint, seeded sampling, one training step that helps.
+    assert!(stdout.contains("same seed again   -> identical: true"), "{stdout}");
+    let step = stdout.lines().find(|l| l.contains("one SFT step")).expect("SFT line");
+    let numbers: Vec<f64> = step.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert!(numbers.len() == 2 && numbers[1] > numbers[0], "{step}");
 }
 
 #[test]
@@ -332,4 +337,50 @@ fn tools_export_as_openai_functions_and_mcp_tools() {
         let manifest = toolsmith_contract::Manifest::from_mcp_tool(tool).expect("a manifest");
         assert_eq!(manifest.kind, toolsmith_contract::ToolKind::Plugin);
     }
+}
+
+#[test]
+fn policy_init_info_and_generate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("tiny");
+    let model_arg = model.to_str().expect("utf-8 path");
+    assert!(ok(&toolsmith(&["policy", "init", "--out", model_arg, "--seed", "3"])).contains("M parameters"));
+    // An existing checkpoint is not overwritten by accident.
+    let again = toolsmith(&["policy", "init", "--out", model_arg]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+
+    let info = stdout_json(&toolsmith(&["policy", "info", model_arg, "--json"]));
+    assert_eq!(info["architecture"], "qwen2");
+    assert_eq!(info["layers"], 4);
+    assert_eq!(info["step"], 0);
+    let parameters = info["parameters"].as_i64().expect("parameters");
+    assert!((1_000_000..=5_000_000).contains(&parameters), "{info}");
+
+    let generate = |extra: &[&str]| {
+        let mut args = vec!["policy", "generate", model_arg, "--prompt", "<plan>\nTask 1:", "--max-new-tokens", "12"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--threads", "1", "--device", "cpu", "--json"]);
+        stdout_json(&toolsmith(&args))
+    };
+    let greedy = generate(&[]);
+    assert_eq!(greedy["output_ids"].as_array().map(Vec::len), Some(12));
+    assert_eq!(greedy["prompt_ids"][0], 2866, "<plan> is one token");
+    let sampled = generate(&["--temperature", "1.0", "--top-p", "0.9", "--seed", "7"]);
+    let again = generate(&["--temperature", "1.0", "--top-p", "0.9", "--seed", "7"]);
+    assert_eq!((&sampled["output_ids"], &sampled["text"]), (&again["output_ids"], &again["text"]));
+    assert_ne!(sampled["output_ids"], greedy["output_ids"]);
+
+    // Streaming mode prints the text and the speed.
+    let out = toolsmith(&["policy", "generate", model_arg, "--prompt", "hi", "--max-new-tokens", "5"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tokens/s"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Bad input: clear errors, non-zero exits.
+    let bad = toolsmith(&["policy", "generate", model_arg, "--prompt", "x", "--top-p", "0"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("top_p"));
+    std::fs::write(model.join("config.json"), "{").expect("corrupt the config");
+    let bad = toolsmith(&["policy", "info", model_arg]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("config.json"));
+    let missing = toolsmith(&["policy", "info", dir.path().join("nothing").to_str().expect("utf-8")]);
+    assert!(!missing.status.success());
 }

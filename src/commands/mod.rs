@@ -27,6 +27,12 @@ pub struct Env {
 }
 
 impl Env {
+    /// Where the quickstart keeps its tiny policy checkpoint (beside the component cache).
+    pub fn policy_dir(&self) -> PathBuf {
+        let cache = self.cache_dir.clone().or_else(|| dirs::cache_dir().map(|d| d.join("toolsmith")));
+        cache.unwrap_or_else(std::env::temp_dir).join("policy-tiny")
+    }
+
     pub fn sandbox(&self) -> Result<Sandbox> {
         let mut config = SandboxConfig::default();
         if self.no_cache {

@@ -185,6 +185,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         stop_strings: args.stop.clone(),
         stop_token_ids: Vec::new(),
         seed: args.seed,
+        ignore_eos: false,
     };
     params.validate()?;
     if args.json {

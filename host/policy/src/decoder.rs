@@ -269,9 +269,10 @@ impl Transformer {
         for (i, block) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_mut().map(|c| (&mut c.layers[i], past));
             let h = block.self_attn.forward(&block.input_layernorm.forward(&x), &cos, &sin, mask, layer_cache);
-            x = x + h;
-            let h = block.mlp.forward(&block.post_attention_layernorm.forward(&x));
-            x = x + h;
+            // Out of place: `+=` is an in-place add in tch, and the norm saved `x` for backward.
+            let residual = &x + h;
+            let h = block.mlp.forward(&block.post_attention_layernorm.forward(&residual));
+            x = &residual + h;
         }
         if let Some(cache) = cache {
             cache.len = past + input_ids.size()[1];

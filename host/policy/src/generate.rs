@@ -176,7 +176,7 @@ impl Policy {
                 seq.seen.push(token);
                 feed[i] = token;
                 stats.generated_tokens += 1;
-                if self.tokenizer().eos_ids().contains(&token) {
+                if !params.ignore_eos && self.tokenizer().eos_ids().contains(&token) {
                     seq.finish = Some(FinishReason::Eos);
                 } else if stops.contains(&token) {
                     seq.finish = Some(FinishReason::StopToken);

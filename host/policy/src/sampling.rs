@@ -27,6 +27,8 @@ pub struct SamplingParams {
     pub stop_token_ids: Vec<i64>,
     /// Seed of the sampler (sequence i of a batch uses `seed + i`).
     pub seed: u64,
+    /// Keep going past end-of-sequence tokens (benchmarks; stop tokens still stop).
+    pub ignore_eos: bool,
 }
 
 impl Default for SamplingParams {
@@ -40,6 +42,7 @@ impl Default for SamplingParams {
             stop_strings: Vec::new(),
             stop_token_ids: Vec::new(),
             seed: 0,
+            ignore_eos: false,
         }
     }
 }

@@ -15,8 +15,7 @@ fn logits(policy: &Policy, ids: &[i64]) -> Tensor {
     let t = ids.len() as i64;
     let input = Tensor::from_slice(ids).view([1, t]);
     let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
-    tch::no_grad(|| model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None)))
-        .to_kind(Kind::Float)
+    tch::no_grad(|| model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None))).to_kind(Kind::Float)
 }
 
 fn load(dir: &Path) -> Result<Policy, PolicyError> {
@@ -91,9 +90,8 @@ fn half_precision_loads_and_generates() {
         let policy = Policy::load(dir.path(), LoadOptions { device: tch::Device::Cpu, precision: Some(precision) })
             .expect("load");
         assert_eq!(policy.model().kind(), precision.kind());
-        let (out, _) = policy
-            .generate(&[vec![5, 6, 7]], &toolsmith_policy::SamplingParams::greedy(4), None)
-            .expect("generate");
+        let (out, _) =
+            policy.generate(&[vec![5, 6, 7]], &toolsmith_policy::SamplingParams::greedy(4), None).expect("generate");
         assert_eq!(out[0].output_ids.len(), 4);
     }
 }
@@ -123,7 +121,8 @@ fn corrupt_and_mismatched_checkpoints_are_refused() {
     assert!(error_text(&d).contains("gpt2"));
 
     let d = fresh("bad-heads");
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).expect("read")).expect("json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).expect("read")).expect("json");
     config["num_key_value_heads"] = Value::from(3);
     std::fs::write(d.join("config.json"), config.to_string()).expect("write");
     assert!(error_text(&d).contains("multiple of num_key_value_heads"));

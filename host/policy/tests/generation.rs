@@ -106,7 +106,8 @@ fn top_p_keeps_the_smallest_nucleus_and_samples_only_from_it() {
         let freq = counts.get(&(*token as i64)).copied().unwrap_or(0) as f64 / draws as f64;
         assert!((freq - p).abs() < 0.015, "token {token}: frequency {freq:.4}, probability {p:.4}");
     }
-    let outside: usize = counts.iter().filter(|(t, _)| !nucleus.iter().any(|(k, _)| *k as i64 == **t)).map(|(_, c)| c).sum();
+    let outside: usize =
+        counts.iter().filter(|(t, _)| !nucleus.iter().any(|(k, _)| *k as i64 == **t)).map(|(_, c)| c).sum();
     assert_eq!(outside, 0, "tokens outside the nucleus were sampled");
 }
 

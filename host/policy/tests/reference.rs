@@ -133,22 +133,20 @@ fn tiny_checkpoint_loads_in_transformers_too() {
     policy.save(work.path()).expect("save");
     let prompt = policy.tokenizer().encode("<plan>\nTask 1: hello").expect("encode");
     let (ours, _) = policy.generate(std::slice::from_ref(&prompt), &SamplingParams::greedy(8), None).expect("generate");
-    let script = format!(
-        "import json,sys,torch\nfrom transformers import AutoModelForCausalLM\n\
+    let script = "import json,sys,torch\nfrom transformers import AutoModelForCausalLM\n\
          m=AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()\n\
          x=torch.tensor([json.loads(sys.argv[2])])\n\
          o=m.generate(input_ids=x,attention_mask=torch.ones_like(x),do_sample=False,max_new_tokens=8,eos_token_id=[2,0],pad_token_id=0)\n\
-         print(json.dumps(o[0,x.shape[1]:].tolist()))"
-    );
+         print(json.dumps(o[0,x.shape[1]:].tolist()))";
     let output = Command::new(common::reference_python())
-        .args(["-c", &script])
+        .args(["-c", script])
         .arg(work.path())
         .arg(serde_json::to_string(&prompt).expect("json"))
         .env("OMP_NUM_THREADS", "1")
         .output()
         .expect("run python");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let theirs: Vec<i64> = serde_json::from_str(String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or("[]"))
-        .expect("ids");
+    let theirs: Vec<i64> =
+        serde_json::from_str(String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or("[]")).expect("ids");
     assert_eq!(ours[0].output_ids, theirs);
 }

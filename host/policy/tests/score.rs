@@ -14,7 +14,10 @@ fn sequences(policy: &toolsmith_policy::Policy) -> Vec<TokenSequence> {
     vec![
         TokenSequence::completion(&enc("<|im_start|>user\nWhat is 6*7?<|im_end|>\n"), &enc("<answer>42</answer>")),
         TokenSequence::completion(&enc("hi"), &enc("<think>short</think>")),
-        TokenSequence::completion(&enc("<plan>\nTask 1: look up - Dependencies: none\n</plan>"), &enc("<tool_call>{}</tool_call>")),
+        TokenSequence::completion(
+            &enc("<plan>\nTask 1: look up - Dependencies: none\n</plan>"),
+            &enc("<tool_call>{}</tool_call>"),
+        ),
     ]
 }
 

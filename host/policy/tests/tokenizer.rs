@@ -3,8 +3,10 @@
 
 mod common;
 
-use toolsmith_policy::tokenizer::{END_OF_TEXT, IM_END, IM_START, TRACE_TAGS, Tokenizer, tiny_tokenizer_config, train_tiny};
 use toolsmith_policy::TINY_TOKENIZER;
+use toolsmith_policy::tokenizer::{
+    END_OF_TEXT, IM_END, IM_START, TRACE_TAGS, Tokenizer, tiny_tokenizer_config, train_tiny,
+};
 
 fn tiny() -> Tokenizer {
     Tokenizer::from_bytes(TINY_TOKENIZER.as_bytes(), Some(&tiny_tokenizer_config())).expect("tiny tokenizer")
@@ -12,10 +14,9 @@ fn tiny() -> Tokenizer {
 
 #[test]
 fn the_shipped_tokenizer_is_what_the_shipped_corpus_trains() {
-    let corpus = std::fs::read_to_string(common::repo_root().join("host/policy/assets/tokenizer-corpus.txt"))
-        .expect("corpus");
-    let paragraphs: Vec<String> =
-        corpus.split("\n\n").filter(|p| !p.trim().is_empty()).map(str::to_owned).collect();
+    let corpus =
+        std::fs::read_to_string(common::repo_root().join("host/policy/assets/tokenizer-corpus.txt")).expect("corpus");
+    let paragraphs: Vec<String> = corpus.split("\n\n").filter(|p| !p.trim().is_empty()).map(str::to_owned).collect();
     let trained = train_tiny(&paragraphs, 4096).expect("train");
     let shipped: serde_json::Value = serde_json::from_str(TINY_TOKENIZER).expect("json");
     let retrained: serde_json::Value =
@@ -43,8 +44,11 @@ fn trace_tags_are_single_tokens_and_survive_decoding() {
 #[test]
 fn control_tokens_end_turns_and_vanish_from_text() {
     let tok = tiny();
-    let (im_start, im_end, eot) =
-        (tok.token_id(IM_START).expect("id"), tok.token_id(IM_END).expect("id"), tok.token_id(END_OF_TEXT).expect("id"));
+    let (im_start, im_end, eot) = (
+        tok.token_id(IM_START).expect("id"),
+        tok.token_id(IM_END).expect("id"),
+        tok.token_id(END_OF_TEXT).expect("id"),
+    );
     assert_eq!(tok.eos_ids(), [im_end, eot]);
     assert_eq!(tok.pad_id(), eot);
     let ids = tok.encode("<|im_start|>user\nhi<|im_end|>").expect("encode");

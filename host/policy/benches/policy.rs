@@ -1,0 +1,157 @@
+//! The policy against PyTorch eager on the same configuration and thread count, in one run:
+//! training throughput (forward + backward, tokens/s) against a plain PyTorch training step, and
+//! KV-cache generation (tokens/s, batch 1, greedy) against `transformers` `generate`, with the
+//! peak resident memory of each process.
+//!
+//!   cargo bench -p toolsmith-policy --bench policy [-- --threads N --batch B --seq T]
+//!
+//! Needs the reference venv (scripts/torch-reference-env.sh; created on first use).
+
+use std::process::Command;
+use std::time::Instant;
+
+use tch::Kind;
+use toolsmith_policy::{LoadOptions, Policy, SamplingParams, TokenSequence};
+
+struct Options {
+    threads: usize,
+    batch: usize,
+    seq: usize,
+    steps: usize,
+    prompt: usize,
+    new_tokens: usize,
+    generations: usize,
+}
+
+fn options() -> Options {
+    let mut o = Options { threads: 1, batch: 8, seq: 128, steps: 10, prompt: 16, new_tokens: 128, generations: 5 };
+    let args: Vec<String> = std::env::args().collect();
+    for pair in args.windows(2) {
+        let value = || pair[1].parse::<usize>().unwrap_or_else(|_| panic!("{} wants a number", pair[0]));
+        match pair[0].as_str() {
+            "--threads" => o.threads = value(),
+            "--batch" => o.batch = value(),
+            "--seq" => o.seq = value(),
+            "--steps" => o.steps = value(),
+            "--new-tokens" => o.new_tokens = value(),
+            _ => {}
+        }
+    }
+    o
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Peak resident set size of this process, MiB (Linux `VmHWM`).
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn main() {
+    let o = options();
+    toolsmith_policy::set_threads(o.threads);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = Policy::tiny(0, LoadOptions::default()).expect("tiny policy");
+    policy.save(dir.path()).expect("save");
+    let spec = policy.config().spec().expect("spec");
+    let vocab = spec.vocab_size;
+
+    // Training step: forward, masked token log-likelihood, backward (what the trainer runs).
+    tch::manual_seed(0);
+    let batch: Vec<TokenSequence> = (0..o.batch)
+        .map(|_| {
+            let ids =
+                Vec::<i64>::try_from(tch::Tensor::randint(vocab, [o.seq as i64], (Kind::Int64, tch::Device::Cpu)))
+                    .expect("ids");
+            TokenSequence { loss_mask: vec![true; ids.len()], ids }
+        })
+        .collect();
+    let step = || {
+        let scores = policy.score(&batch, false).expect("score");
+        let loss = -(&scores.logprobs * &scores.mask).sum(Kind::Float) / scores.mask.sum(Kind::Float);
+        loss.backward();
+        policy.var_store().trainable_variables().iter_mut().for_each(|v| v.zero_grad());
+    };
+    step();
+    step();
+    let times: Vec<f64> = (0..o.steps)
+        .map(|_| {
+            let t = Instant::now();
+            step();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    let ours_train = (o.batch * o.seq) as f64 / median(times);
+
+    let prompt: Vec<i64> = (0..o.prompt as i64).map(|i| 3 + (i * 37) % (vocab - 3)).collect();
+    let params = SamplingParams { max_new_tokens: o.new_tokens, ignore_eos: true, ..SamplingParams::default() };
+    let generate = || policy.generate(std::slice::from_ref(&prompt), &params, None).expect("generate");
+    generate();
+    let rates: Vec<f64> = (0..o.generations)
+        .map(|_| {
+            let t = Instant::now();
+            let (out, _) = generate();
+            out[0].output_ids.len() as f64 / t.elapsed().as_secs_f64()
+        })
+        .collect();
+    let ours_generate = median(rates);
+    let ours_peak = peak_rss_mib();
+
+    let python = {
+        let out = Command::new(root.join("scripts/torch-reference-env.sh")).output().expect("venv script");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().last().expect("python path").trim().to_owned()
+    };
+    let out = Command::new(python)
+        .arg(root.join("host/policy/tests/reference/reference.py"))
+        .arg("bench")
+        .arg("--model")
+        .arg(dir.path())
+        .args(["--threads", &o.threads.to_string(), "--batch", &o.batch.to_string(), "--seq", &o.seq.to_string()])
+        .args(["--steps", &o.steps.to_string(), "--prompt", &o.prompt.to_string()])
+        .args(["--new-tokens", &o.new_tokens.to_string(), "--generations", &o.generations.to_string()])
+        .env("OMP_NUM_THREADS", o.threads.to_string())
+        .output()
+        .expect("reference.py bench");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reference: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("{}")).expect("json");
+    let number = |k: &str| reference[k].as_f64().unwrap_or(f64::NAN);
+    let (py_train, py_generate, py_peak) =
+        (number("train_tokens_per_sec"), number("generate_tokens_per_sec"), number("peak_rss_mib"));
+
+    println!(
+        "policy: tiny {} ({:.2} M parameters), fp32, CPU, {} thread(s)",
+        policy.state().architecture,
+        policy.state().parameters as f64 / 1e6,
+        o.threads
+    );
+    println!("| workload | toolsmith (tch) | PyTorch eager | ratio | target |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| forward+backward, batch {} x {} tokens | {:.0} tokens/s | {:.0} tokens/s | {:.2}x | >= 1.0x |",
+        o.batch,
+        o.seq,
+        ours_train,
+        py_train,
+        ours_train / py_train
+    );
+    println!(
+        "| generate, {} + {} tokens, greedy, KV cache | {:.0} tokens/s | {:.0} tokens/s (transformers generate) | {:.2}x | >= 1.5x |",
+        o.prompt,
+        o.new_tokens,
+        ours_generate,
+        py_generate,
+        ours_generate / py_generate
+    );
+    println!("| peak resident memory | {ours_peak:.0} MiB | {py_peak:.0} MiB | {:.2}x | |", ours_peak / py_peak);
+}
