@@ -99,8 +99,10 @@ pub fn run(cmd: PolicyCommand) -> Result<ExitCode> {
 fn load(dir: &Path, device: &str, dtype: Option<&str>) -> Result<Policy> {
     let device = toolsmith_policy::parse_device(device)?;
     let precision = dtype.map(Precision::parse).transpose()?;
-    Policy::load(dir, LoadOptions { device, precision })
-        .with_context(|| format!("cannot load the policy in {}", dir.display()))
+    let bar = super::tools::spinner(&format!("loading {}", dir.display()));
+    let policy = Policy::load(dir, LoadOptions { device, precision });
+    bar.finish_and_clear();
+    policy.with_context(|| format!("cannot load the policy in {}", dir.display()))
 }
 
 fn info(dir: &Path, json: bool) -> Result<ExitCode> {

@@ -93,6 +93,28 @@ pub struct PolicyState {
     pub config: Value,
 }
 
+impl PolicyState {
+    /// The state of a model that has not been trained by Toolsmith yet.
+    fn fresh(
+        config: &ModelConfig,
+        config_json: &Value,
+        tokenizer: &Tokenizer,
+        precision: Precision,
+        parameters: i64,
+    ) -> Self {
+        Self {
+            format: STATE_FORMAT,
+            architecture: config.architecture().into(),
+            step: 0,
+            tokenizer_hash: tokenizer.hash().into(),
+            optimizer_state: None,
+            precision,
+            parameters,
+            config: config_json.clone(),
+        }
+    }
+}
+
 /// A loaded policy: model weights, configuration, tokenizer and training state.
 #[derive(Debug)]
 pub struct Policy {
@@ -139,16 +161,7 @@ impl Policy {
         let model = Transformer::new(&vs.root(), &spec, WeightInit::Random);
         let precision = options.precision.unwrap_or(Precision::F32);
         vs.set_kind(precision.kind());
-        let state = PolicyState {
-            format: STATE_FORMAT,
-            architecture: config.architecture().into(),
-            step: 0,
-            tokenizer_hash: tokenizer.hash().into(),
-            optimizer_state: None,
-            precision,
-            parameters: count_parameters(&vs),
-            config: config_json.clone(),
-        };
+        let state = PolicyState::fresh(&config, &config_json, &tokenizer, precision, count_parameters(&vs));
         Ok(Self { vs, model, config, config_json, tokenizer, tokenizer_json, tokenizer_config, state })
     }
 
@@ -207,16 +220,7 @@ impl Policy {
         let parameters = count_parameters(&vs);
         let state = match saved_state {
             Some(state) => PolicyState { precision, parameters, ..state },
-            None => PolicyState {
-                format: STATE_FORMAT,
-                architecture: config.architecture().into(),
-                step: 0,
-                tokenizer_hash: tokenizer.hash().into(),
-                optimizer_state: None,
-                precision,
-                parameters,
-                config: config_json.clone(),
-            },
+            None => PolicyState::fresh(&config, &config_json, &tokenizer, precision, parameters),
         };
         Ok(Self { vs, model, config, config_json, tokenizer, tokenizer_json, tokenizer_config, state })
     }
