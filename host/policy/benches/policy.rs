@@ -3,7 +3,10 @@
 //! KV-cache generation (tokens/s, batch 1, greedy) against `transformers` `generate`, with the
 //! peak resident memory of each process.
 //!
-//!   cargo bench -p toolsmith-policy --bench policy [-- --threads N --batch B --seq T]
+//!   cargo bench -p toolsmith-policy --bench policy [-- --threads N --batch B --seq T --rounds R]
+//!
+//! Each round measures both sides back to back (ours, then the reference process); the table shows
+//! medians over the rounds, so drift on a shared machine hits both sides alike.
 //!
 //! Needs the reference venv (scripts/torch-reference-env.sh; created on first use).
 
@@ -21,10 +24,12 @@ struct Options {
     prompt: usize,
     new_tokens: usize,
     generations: usize,
+    rounds: usize,
 }
 
 fn options() -> Options {
-    let mut o = Options { threads: 1, batch: 8, seq: 128, steps: 10, prompt: 16, new_tokens: 128, generations: 5 };
+    let mut o =
+        Options { threads: 1, batch: 8, seq: 128, steps: 10, prompt: 16, new_tokens: 128, generations: 5, rounds: 3 };
     let args: Vec<String> = std::env::args().collect();
     for pair in args.windows(2) {
         let value = || pair[1].parse::<usize>().unwrap_or_else(|_| panic!("{} wants a number", pair[0]));
@@ -34,6 +39,7 @@ fn options() -> Options {
             "--seq" => o.seq = value(),
             "--steps" => o.steps = value(),
             "--new-tokens" => o.new_tokens = value(),
+            "--rounds" => o.rounds = value().max(1),
             _ => {}
         }
     }
@@ -81,59 +87,70 @@ fn main() {
         loss.backward();
         policy.var_store().trainable_variables().iter_mut().for_each(|v| v.zero_grad());
     };
-    step();
-    step();
-    let times: Vec<f64> = (0..o.steps)
-        .map(|_| {
-            let t = Instant::now();
-            step();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    let ours_train = (o.batch * o.seq) as f64 / median(times);
-
+    let generate_params =
+        SamplingParams { max_new_tokens: o.new_tokens, ignore_eos: true, ..SamplingParams::default() };
     let prompt: Vec<i64> = (0..o.prompt as i64).map(|i| 3 + (i * 37) % (vocab - 3)).collect();
-    let params = SamplingParams { max_new_tokens: o.new_tokens, ignore_eos: true, ..SamplingParams::default() };
-    let generate = || policy.generate(std::slice::from_ref(&prompt), &params, None).expect("generate");
+    let generate = || policy.generate(std::slice::from_ref(&prompt), &generate_params, None).expect("generate");
+    step();
     generate();
-    let rates: Vec<f64> = (0..o.generations)
-        .map(|_| {
-            let t = Instant::now();
-            let (out, _) = generate();
-            out[0].output_ids.len() as f64 / t.elapsed().as_secs_f64()
-        })
-        .collect();
-    let ours_generate = median(rates);
-    let ours_peak = peak_rss_mib();
-
     let python = {
         let out = Command::new(root.join("scripts/torch-reference-env.sh")).output().expect("venv script");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).lines().last().expect("python path").trim().to_owned()
     };
-    let out = Command::new(python)
-        .arg(root.join("host/policy/tests/reference/reference.py"))
-        .arg("bench")
-        .arg("--model")
-        .arg(dir.path())
-        .args(["--threads", &o.threads.to_string(), "--batch", &o.batch.to_string(), "--seq", &o.seq.to_string()])
-        .args(["--steps", &o.steps.to_string(), "--prompt", &o.prompt.to_string()])
-        .args(["--new-tokens", &o.new_tokens.to_string(), "--generations", &o.generations.to_string()])
-        .env("OMP_NUM_THREADS", o.threads.to_string())
-        .output()
-        .expect("reference.py bench");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let reference: serde_json::Value =
-        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("{}")).expect("json");
-    let number = |k: &str| reference[k].as_f64().unwrap_or(f64::NAN);
-    let (py_train, py_generate, py_peak) =
-        (number("train_tokens_per_sec"), number("generate_tokens_per_sec"), number("peak_rss_mib"));
+    let (mut ours_train, mut ours_generate, mut py_train, mut py_generate, mut py_peak) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), f64::NAN);
+    for _ in 0..o.rounds {
+        let times: Vec<f64> = (0..o.steps)
+            .map(|_| {
+                let t = Instant::now();
+                step();
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        ours_train.push((o.batch * o.seq) as f64 / median(times));
+        let rates: Vec<f64> = (0..o.generations)
+            .map(|_| {
+                let t = Instant::now();
+                let (out, _) = generate();
+                out[0].output_ids.len() as f64 / t.elapsed().as_secs_f64()
+            })
+            .collect();
+        ours_generate.push(median(rates));
+
+        let out = Command::new(&python)
+            .arg(root.join("host/policy/tests/reference/reference.py"))
+            .arg("bench")
+            .arg("--model")
+            .arg(dir.path())
+            .args(["--threads", &o.threads.to_string(), "--batch", &o.batch.to_string(), "--seq", &o.seq.to_string()])
+            .args(["--steps", &o.steps.to_string(), "--prompt", &o.prompt.to_string()])
+            .args(["--new-tokens", &o.new_tokens.to_string(), "--generations", &o.generations.to_string()])
+            .env("OMP_NUM_THREADS", o.threads.to_string())
+            .output()
+            .expect("reference.py bench");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let reference: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("{}")).expect("json");
+        let number = |k: &str| reference[k].as_f64().unwrap_or(f64::NAN);
+        py_train.push(number("train_tokens_per_sec"));
+        py_generate.push(number("generate_tokens_per_sec"));
+        py_peak = number("peak_rss_mib");
+    }
+    let ours_peak = peak_rss_mib();
+    let ratios =
+        |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| format!("{:.2}", x / y)).collect::<Vec<_>>().join(", ");
+    let train_ratios = ratios(&ours_train, &py_train);
+    let generate_ratios = ratios(&ours_generate, &py_generate);
+    let (ours_train, py_train) = (median(ours_train), median(py_train));
+    let (ours_generate, py_generate) = (median(ours_generate), median(py_generate));
 
     println!(
-        "policy: tiny {} ({:.2} M parameters), fp32, CPU, {} thread(s)",
+        "policy: tiny {} ({:.2} M parameters), fp32, CPU, {} thread(s), medians of {} rounds",
         policy.state().architecture,
         policy.state().parameters as f64 / 1e6,
-        o.threads
+        o.threads,
+        o.rounds
     );
     println!("| workload | toolsmith (tch) | PyTorch eager | ratio | target |");
     println!("|---|---|---|---|---|");
@@ -154,4 +171,5 @@ fn main() {
         ours_generate / py_generate
     );
     println!("| peak resident memory | {ours_peak:.0} MiB | {py_peak:.0} MiB | {:.2}x | |", ours_peak / py_peak);
+    println!("ratios per round: forward+backward {train_ratios}; generate {generate_ratios}");
 }

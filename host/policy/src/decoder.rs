@@ -282,6 +282,6 @@ impl Transformer {
 
     /// Logits over the vocabulary for hidden states `[.., hidden]`.
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
-        hidden.matmul(&self.lm_head.as_ref().unwrap_or(&self.embed_tokens).tr())
+        hidden.linear::<&Tensor>(self.lm_head.as_ref().unwrap_or(&self.embed_tokens), None)
     }
 }
