@@ -5,6 +5,7 @@ mod bundled;
 mod hostile;
 mod loading;
 mod python;
+mod trace;
 
 use std::sync::OnceLock;
 use std::time::Duration;
