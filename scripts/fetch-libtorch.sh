@@ -24,26 +24,15 @@ if [ "$(uname -m)" != x86_64 ] || [ "$(uname -s)" != Linux ]; then
     exit 1
 fi
 
-DOWNLOADS="${TOOLSMITH_DOWNLOAD_CACHE:-$HOME/.cache/toolsmith/downloads}"
-mkdir -p "$DOWNLOADS"
-
-# fetch SPEC WHEEL SHA256 [pip download options...]
-fetch() {
-    local spec=$1 wheel=$2 sha=$3
-    shift 3
-    if ! echo "$sha  $DOWNLOADS/$wheel" | sha256sum -c --status 2>/dev/null; then
-        say "downloading $spec"
-        python3 -m pip download --quiet --no-deps --only-binary=:all: "$spec" -d "$DOWNLOADS" \
-            --python-version 3.11 --implementation cp --abi cp311 --abi none "$@"
-    fi
-    echo "$sha  $DOWNLOADS/$wheel" | sha256sum -c --status || { say "sha256 mismatch for $wheel"; exit 1; }
-}
+# shellcheck source=lib/wheels.sh
+. scripts/lib/wheels.sh
 
 TORCH_WHEEL=torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl
 CUDART_WHEEL=nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
 CUPTI_WHEEL=nvidia_cuda_cupti-13.0.85-py3-none-manylinux_2_25_x86_64.whl
-# pip matches --platform exactly: offer every tag these wheels use.
-PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64
+# pip matches --platform exactly: offer every tag these wheels use (and the CPython 3.11 ABI).
+PLATFORMS=(--python-version 3.11 --implementation cp --abi cp311 --abi none
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 
 fetch torch==$VERSION "$TORCH_WHEEL" 7aa2f9bbc6d4595ba72138026b2074be1233186150e9292865e04b7a63b8c67a "${PLATFORMS[@]}"

@@ -235,21 +235,7 @@ fn init(config: Option<&Path>, tokenizer: Option<&Path>, out: &Path, seed: u64, 
         None => serde_json::from_str(TINY_CONFIG).context("the embedded tiny config")?,
     };
     let (tokenizer_json, tokenizer_config) = match tokenizer {
-        Some(path) => {
-            let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let config_path = path.with_file_name("tokenizer_config.json");
-            let config = if config_path.exists() {
-                let text = std::fs::read_to_string(&config_path)
-                    .with_context(|| format!("cannot read {}", config_path.display()))?;
-                Some(
-                    serde_json::from_str(&text)
-                        .with_context(|| format!("{} is not valid JSON", config_path.display()))?,
-                )
-            } else {
-                None
-            };
-            (bytes, config)
-        }
+        Some(path) => tokenizer::read_files(path)?,
         None => (TINY_TOKENIZER.as_bytes().to_vec(), Some(tiny_tokenizer_config())),
     };
     let policy = Policy::init(config, tokenizer_json, tokenizer_config, seed, LoadOptions::default())?;

@@ -10,6 +10,9 @@
 //!
 //! Needs the reference venv (scripts/torch-reference-env.sh; created on first use).
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::process::Command;
 use std::time::Instant;
 
@@ -64,7 +67,7 @@ fn peak_rss_mib() -> f64 {
 fn main() {
     let o = options();
     toolsmith_policy::set_threads(o.threads);
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = common::repo_root();
     let dir = tempfile::tempdir().expect("tempdir");
     let policy = Policy::tiny(0, LoadOptions::default()).expect("tiny policy");
     policy.save(dir.path()).expect("save");
@@ -93,11 +96,7 @@ fn main() {
     let generate = || policy.generate(std::slice::from_ref(&prompt), &generate_params, None).expect("generate");
     step();
     generate();
-    let python = {
-        let out = Command::new(root.join("scripts/torch-reference-env.sh")).output().expect("venv script");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).lines().last().expect("python path").trim().to_owned()
-    };
+    let python = common::reference_python();
     let (mut ours_train, mut ours_generate, mut py_train, mut py_generate, mut py_peak) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), f64::NAN);
     for _ in 0..o.rounds {

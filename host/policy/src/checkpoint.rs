@@ -179,18 +179,7 @@ impl Policy {
         let (config, config_json) = ModelConfig::from_file(&dir.join("config.json"))?;
         let spec = config.spec()?;
         let tokenizer_path = dir.join("tokenizer.json");
-        let tokenizer_json = std::fs::read(&tokenizer_path).map_err(|e| PolicyError::io(&tokenizer_path, e))?;
-        let tokenizer_config_path = dir.join("tokenizer_config.json");
-        let tokenizer_config: Option<Value> = if tokenizer_config_path.exists() {
-            let text = std::fs::read_to_string(&tokenizer_config_path)
-                .map_err(|e| PolicyError::io(&tokenizer_config_path, e))?;
-            Some(
-                serde_json::from_str(&text)
-                    .map_err(|e| PolicyError::checkpoint(&tokenizer_config_path, format!("invalid JSON: {e}")))?,
-            )
-        } else {
-            None
-        };
+        let (tokenizer_json, tokenizer_config) = crate::tokenizer::read_files(&tokenizer_path)?;
         let tokenizer = Tokenizer::from_bytes(&tokenizer_json, tokenizer_config.as_ref())
             .map_err(|e| PolicyError::checkpoint(&tokenizer_path, e.to_string()))?;
         let state_path = dir.join(STATE_FILE);

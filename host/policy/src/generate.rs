@@ -160,25 +160,22 @@ impl Policy {
         stats.prefill_secs = started.elapsed().as_secs_f64();
 
         let decode_started = Instant::now();
-        let stops: Vec<i64> = params.stop_token_ids.clone();
         for step in 0..params.max_new_tokens {
             let mut feed = vec![pad; batch];
             for (i, seq) in seqs.iter_mut().enumerate() {
                 if seq.finish.is_some() {
                     continue;
                 }
-                let row = &mut rows[i];
-                let raw_logprob = |token: i64, row: &[f32]| log_prob(row, token as usize);
-                let snapshot: Vec<f32> = row.clone();
+                let row = &rows[i];
                 let token = seq.sampler.next(row, &seq.seen);
-                seq.logprobs.push(raw_logprob(token, &snapshot));
+                seq.logprobs.push(log_prob(row, token as usize));
                 seq.output.push(token);
                 seq.seen.push(token);
                 feed[i] = token;
                 stats.generated_tokens += 1;
                 if !params.ignore_eos && self.tokenizer().eos_ids().contains(&token) {
                     seq.finish = Some(FinishReason::Eos);
-                } else if stops.contains(&token) {
+                } else if params.stop_token_ids.contains(&token) {
                     seq.finish = Some(FinishReason::StopToken);
                 } else if seq.output.len() == params.max_new_tokens {
                     seq.finish = Some(FinishReason::Length);

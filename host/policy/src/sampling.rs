@@ -133,14 +133,29 @@ impl Sampler {
         Self { params: params.clone(), rng: StdRng::seed_from_u64(params.seed.wrapping_add(stream)) }
     }
 
-    /// Chooses the next token given this step's logits and every token seen so far.
-    pub fn next(&mut self, logits: &mut [f32], seen: &[i64]) -> i64 {
-        apply_repetition_penalty(logits, seen, self.params.repetition_penalty);
+    /// Chooses the next token given this step's logits and every token seen so far. The row is
+    /// left as it is (its raw values give the behaviour log-prob); a copy is made only when the
+    /// repetition penalty has to change it.
+    pub fn next(&mut self, logits: &[f32], seen: &[i64]) -> i64 {
+        let penalised;
+        let logits = if self.params.repetition_penalty == 1.0 {
+            logits
+        } else {
+            let mut copy = logits.to_vec();
+            apply_repetition_penalty(&mut copy, seen, self.params.repetition_penalty);
+            penalised = copy;
+            &penalised
+        };
         if self.params.temperature == 0.0 {
             return argmax(logits) as i64;
         }
+        let u: f64 = self.rng.random();
+        if self.params.top_k == 0 && self.params.top_p >= 1.0 {
+            // Plain temperature sampling needs no ordering: skip sorting the whole vocabulary.
+            return sample_unsorted(logits, self.params.temperature, u);
+        }
         let dist = distribution(logits, &self.params);
-        let mut u: f64 = self.rng.random();
+        let mut u = u;
         for &(token, p) in &dist {
             if u < p {
                 return token as i64;
@@ -150,6 +165,26 @@ impl Sampler {
         // Rounding left a sliver of mass: it belongs to the last kept token.
         dist.last().map_or_else(|| argmax(logits) as i64, |&(token, _)| token as i64)
     }
+}
+
+/// Inverse-CDF sampling from `softmax(logits / temperature)` in vocabulary order.
+fn sample_unsorted(logits: &[f32], temperature: f64, u: f64) -> i64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let weight = |l: f32| if l.is_finite() { ((l as f64 - max) / temperature).exp() } else { 0.0 };
+    let total: f64 = logits.iter().map(|&l| weight(l)).sum();
+    let mut target = u * total;
+    let mut last = argmax(logits);
+    for (i, &l) in logits.iter().enumerate() {
+        let w = weight(l);
+        if w > 0.0 {
+            last = i;
+            if target < w {
+                return i as i64;
+            }
+            target -= w;
+        }
+    }
+    last as i64
 }
 
 /// Index of the largest logit (the first one on ties, like `torch.argmax`).

@@ -67,16 +67,8 @@ fn tokenizer_error(context: &str, e: impl std::fmt::Display) -> PolicyError {
 impl Tokenizer {
     /// Loads `tokenizer.json` and, when present beside it, `tokenizer_config.json`.
     pub fn from_dir(dir: &Path) -> Result<Self, PolicyError> {
-        let path = dir.join("tokenizer.json");
-        let bytes = std::fs::read(&path).map_err(|e| PolicyError::io(&path, e))?;
-        let config_path = dir.join("tokenizer_config.json");
-        let config = if config_path.exists() {
-            let text = std::fs::read_to_string(&config_path).map_err(|e| PolicyError::io(&config_path, e))?;
-            Some(serde_json::from_str(&text).map_err(|e| tokenizer_error(&config_path.display().to_string(), e))?)
-        } else {
-            None
-        };
-        Self::from_bytes(&bytes, config.as_ref()).map_err(|e| tokenizer_error(&path.display().to_string(), e))
+        let (bytes, config) = read_files(&dir.join("tokenizer.json"))?;
+        Self::from_bytes(&bytes, config.as_ref())
     }
 
     /// Builds from `tokenizer.json` bytes and an optional parsed `tokenizer_config.json`.
@@ -153,6 +145,21 @@ impl Tokenizer {
     pub fn to_json(&self) -> Result<String, PolicyError> {
         self.inner.to_string(false).map_err(|e| tokenizer_error("serialise", e))
     }
+}
+
+/// Reads a `tokenizer.json` (bytes) and the `tokenizer_config.json` beside it, if there is one.
+pub fn read_files(tokenizer_json: &Path) -> Result<(Vec<u8>, Option<Value>), PolicyError> {
+    let bytes = std::fs::read(tokenizer_json).map_err(|e| PolicyError::io(tokenizer_json, e))?;
+    let config_path = tokenizer_json.with_file_name("tokenizer_config.json");
+    let config = if config_path.exists() {
+        let text = std::fs::read_to_string(&config_path).map_err(|e| PolicyError::io(&config_path, e))?;
+        let value = serde_json::from_str(&text)
+            .map_err(|e| PolicyError::checkpoint(&config_path, format!("invalid JSON: {e}")))?;
+        Some(value)
+    } else {
+        None
+    };
+    Ok((bytes, config))
 }
 
 /// Trains the tiny model's byte-level BPE on `texts`: 256 byte tokens, `vocab_size` in all, the

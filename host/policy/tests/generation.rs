@@ -100,7 +100,7 @@ fn top_p_keeps_the_smallest_nucleus_and_samples_only_from_it() {
     let draws = 20_000;
     let mut counts: HashMap<i64, usize> = HashMap::new();
     for _ in 0..draws {
-        *counts.entry(sampler.next(&mut logits.clone(), &[])).or_default() += 1;
+        *counts.entry(sampler.next(&logits, &[])).or_default() += 1;
     }
     for (token, p) in &nucleus {
         let freq = counts.get(&(*token as i64)).copied().unwrap_or(0) as f64 / draws as f64;
