@@ -24,7 +24,6 @@
 //! - [`daemon`]: the tool graph served over MCP (stdio and streamable HTTP) with a status API.
 #![warn(missing_docs)]
 
-pub mod agent;
 pub mod daemon;
 pub mod python;
 pub mod sandbox;

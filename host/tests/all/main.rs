@@ -5,7 +5,6 @@ mod bundled;
 mod hostile;
 mod loading;
 mod python;
-mod trace;
 
 use std::sync::OnceLock;
 use std::time::Duration;

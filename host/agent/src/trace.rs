@@ -12,7 +12,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::plan::{self, Plan, PlanError};
+use crate::plan::{self, Plan, PlanError};
 
 /// The tags of the grammar (the tiny tokenizer has each as one token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,0 +1,44 @@
+//! Chat templates: the Jinja `chat_template` of a tokenizer config rendered with minijinja (with
+//! the Python string methods Hugging Face templates use).
+
+use minijinja::{Environment, Error, ErrorKind, context};
+
+use super::{BackendError, Message};
+
+/// Renders `messages` with `template`; `add_generation_prompt` opens the assistant's turn.
+pub fn render_chat(
+    template: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<String, BackendError> {
+    let mut env = Environment::new();
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", |message: String| -> Result<String, Error> {
+        Err(Error::new(ErrorKind::InvalidOperation, message))
+    });
+    env.add_template("chat", template).map_err(|e| BackendError::Template(e.to_string()))?;
+    let t = env.get_template("chat").map_err(|e| BackendError::Template(e.to_string()))?;
+    t.render(context! {
+        messages => messages,
+        add_generation_prompt => add_generation_prompt,
+        bos_token => bos_token,
+        eos_token => eos_token,
+    })
+    .map_err(|e| BackendError::Template(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chatml_renders_like_transformers() {
+        let messages = [Message::system("be brief"), Message::user("hi")];
+        let text = render_chat(toolsmith_policy::tokenizer::CHATML_TEMPLATE, &messages, true, "", "").expect("renders");
+        assert_eq!(text, "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        let err = render_chat("{{ raise_exception('no system role') }}", &messages, true, "", "");
+        assert!(matches!(err, Err(BackendError::Template(m)) if m.contains("no system role")));
+    }
+}

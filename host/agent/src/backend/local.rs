@@ -1,0 +1,90 @@
+//! The local policy (tch) as a backend: the tokenizer's chat template, then generation on a
+//! blocking thread (one generation at a time; the model is not shared between threads).
+
+use std::sync::{Arc, Mutex};
+
+use toolsmith_policy::{Policy, SamplingParams, TokenEvent};
+
+use super::{Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Usage, render_chat};
+
+/// A shared local policy.
+#[derive(Debug, Clone)]
+pub struct LocalBackend {
+    policy: Arc<Mutex<Policy>>,
+    label: String,
+}
+
+impl LocalBackend {
+    /// Wraps a loaded policy; `label` names it in reports (its directory, or `tiny`).
+    pub fn new(policy: Policy, label: impl Into<String>) -> Self {
+        LocalBackend { policy: Arc::new(Mutex::new(policy)), label: label.into() }
+    }
+
+    /// The shared policy.
+    pub fn policy(&self) -> Arc<Mutex<Policy>> {
+        self.policy.clone()
+    }
+
+    /// Renders and generates synchronously; `on_text` receives streamed text.
+    pub fn complete_blocking(
+        &self,
+        messages: &[Message],
+        options: &GenerateOptions,
+        mut on_text: Option<&mut dyn FnMut(&str)>,
+    ) -> Result<Completion, BackendError> {
+        let policy = self.policy.lock().unwrap_or_else(|p| p.into_inner());
+        let prompt = prompt_ids(&policy, messages)?;
+        let params = SamplingParams {
+            max_new_tokens: options.max_tokens,
+            temperature: options.temperature,
+            top_p: options.top_p,
+            stop_strings: options.stop.clone(),
+            seed: options.seed,
+            ..SamplingParams::default()
+        };
+        let mut forward = |e: TokenEvent<'_>| {
+            if let Some(f) = on_text.as_mut() {
+                if !e.text.is_empty() {
+                    f(e.text);
+                }
+            }
+        };
+        let callback: Option<&mut dyn FnMut(TokenEvent<'_>)> = Some(&mut forward);
+        let (mut generations, _) = policy.generate(std::slice::from_ref(&prompt), &params, callback)?;
+        let generation = generations.pop().ok_or_else(|| BackendError::Join("no generation".into()))?;
+        Ok(Completion {
+            text: generation.text,
+            usage: Usage { prompt_tokens: prompt.len(), completion_tokens: generation.output_ids.len() },
+        })
+    }
+}
+
+/// The prompt's token ids: the chat template (ChatML when the tokenizer has none) with the
+/// assistant's turn opened.
+pub fn prompt_ids(policy: &Policy, messages: &[Message]) -> Result<Vec<i64>, BackendError> {
+    let tokenizer = policy.tokenizer();
+    let template = tokenizer.chat_template().unwrap_or(toolsmith_policy::tokenizer::CHATML_TEMPLATE);
+    let text = render_chat(template, messages, true, "", "")?;
+    Ok(tokenizer.encode(&text)?)
+}
+
+impl Backend for LocalBackend {
+    fn name(&self) -> String {
+        format!("local:{}", self.label)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        messages: &'a [Message],
+        options: &'a GenerateOptions,
+    ) -> BoxFuture<'a, Result<Completion, BackendError>> {
+        let this = self.clone();
+        let messages = messages.to_vec();
+        let options = options.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || this.complete_blocking(&messages, &options, None))
+                .await
+                .map_err(|e| BackendError::Join(e.to_string()))?
+        })
+    }
+}

@@ -1,0 +1,76 @@
+//! Answer metrics as in the QA literature (SQuAD normalisation: lower case, no punctuation, no
+//! articles, single spaces): exact match and token F1 against the best golden answer.
+
+use std::collections::HashMap;
+
+/// Normalises an answer for comparison.
+pub fn normalize(text: &str) -> String {
+    let lower = text.to_lowercase();
+    // Semicolons separate a multi-objective task's answers, so they survive as words.
+    let no_punct: String = lower
+        .chars()
+        .flat_map(|c| match c {
+            ';' => vec![' ', ';', ' '],
+            c if c.is_alphanumeric() || c.is_whitespace() => vec![c],
+            _ => vec![' '],
+        })
+        .collect();
+    no_punct.split_whitespace().filter(|w| !matches!(*w, "a" | "an" | "the")).collect::<Vec<_>>().join(" ")
+}
+
+/// 1.0 when the normalised prediction equals a normalised golden answer.
+pub fn exact_match(prediction: &str, golden: &[String]) -> f64 {
+    let p = normalize(prediction);
+    if golden.iter().any(|g| normalize(g) == p) { 1.0 } else { 0.0 }
+}
+
+/// The best token F1 of the prediction against any golden answer.
+pub fn f1(prediction: &str, golden: &[String]) -> f64 {
+    golden.iter().map(|g| token_f1(&normalize(prediction), &normalize(g))).fold(0.0, f64::max)
+}
+
+fn token_f1(prediction: &str, golden: &str) -> f64 {
+    let tokens = |s: &str| s.split_whitespace().filter(|w| *w != ";").map(str::to_string).collect::<Vec<_>>();
+    let p = tokens(prediction);
+    let g = tokens(golden);
+    if p.is_empty() || g.is_empty() {
+        return if p == g { 1.0 } else { 0.0 };
+    }
+    let mut counts: HashMap<&str, i64> = HashMap::new();
+    for w in &g {
+        *counts.entry(w).or_default() += 1;
+    }
+    let mut common = 0;
+    for w in &p {
+        if let Some(c) = counts.get_mut(w.as_str()) {
+            if *c > 0 {
+                *c -= 1;
+                common += 1;
+            }
+        }
+    }
+    if common == 0 {
+        return 0.0;
+    }
+    let precision = common as f64 / p.len() as f64;
+    let recall = common as f64 / g.len() as f64;
+    2.0 * precision * recall / (precision + recall)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalisation_ignores_case_articles_and_punctuation() {
+        let g = vec!["The Keltis Works".to_string()];
+        assert_eq!(exact_match("keltis works.", &g), 1.0);
+        assert_eq!(exact_match("Keltis", &g), 0.0);
+        let f = f1("Keltis", &g);
+        assert!((f - 2.0 / 3.0).abs() < 1e-9, "{f}");
+        assert_eq!(f1("", &g), 0.0);
+        assert_eq!(exact_match("1; 2", &["1;2".to_string()]), 1.0);
+        assert_eq!(exact_match("1; 2", &["1 2".to_string()]), 0.0);
+        assert_eq!(f1("1; 2", &["1;2".to_string()]), 1.0);
+    }
+}

@@ -1,0 +1,28 @@
+//! The Toolsmith agent runtime.
+//!
+//! - [`trace`] and [`plan`]: one tagged grammar for every method; GAP's plan lines and graphs and
+//!   SEARL's DAG lists parse into one [`Plan`].
+//! - [`schedule`]: a level's independent calls run concurrently under a cap and per-call timeouts.
+//! - [`runner`]: the agent loop in ReAct, GAP, MemPO and SEARL modes, with retrieval from the tool
+//!   graph and token accounting (TT, PT).
+//! - [`tools`]: the search tool, sandboxed tools, `create_and_execute_mcp` and simulated tools.
+//! - [`backend`]: the local policy, any OpenAI-compatible endpoint, and the [`oracle`].
+//! - [`env`]: the bundled offline world, users' task sets and corpora, and metrics.
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod env;
+pub mod eval;
+pub mod oracle;
+pub mod plan;
+pub mod runner;
+pub mod schedule;
+pub mod tools;
+pub mod trace;
+
+pub use backend::{Backend, BackendError, Completion, GenerateOptions, Message, Role, Usage};
+pub use oracle::Oracle;
+pub use plan::{Plan, PlanError, Task};
+pub use runner::{Agent, AgentConfig, ContextPolicy, Finish, Mode, Trajectory};
+pub use schedule::{CallRecord, Scheduler};
+pub use trace::{Block, Tag, ToolCall, TraceError, Turn};

@@ -1,0 +1,199 @@
+//! The oracle: a backend that writes correct traces for tasks with known solutions (the bundled
+//! world), in each method's style. It is the trace synthesiser for supervised data and the
+//! reference the modes are compared with.
+//!
+//! It reads only what a model would: the question and the visible context. Its position in the
+//! solution comes from the number of its turns in the context or, when the history is replaced by
+//! memory (MemPO), from the progress line its own `<mem>` carries.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::json;
+use toolsmith_policy::Tokenizer;
+
+use crate::backend::{Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Role, Usage, render_chat};
+use crate::env::world::{Solution, Step, Task};
+use crate::plan::{self, Plan};
+use crate::runner::Mode;
+use crate::tools::CREATE_TOOL;
+use crate::trace;
+
+/// A backend that knows the answers.
+#[derive(Debug, Clone)]
+pub struct Oracle {
+    tasks: Arc<HashMap<String, Task>>,
+    style: Mode,
+    tokenizer: Arc<Tokenizer>,
+}
+
+const PROGRESS: &str = "Progress: ";
+
+impl Oracle {
+    /// An oracle for `tasks` writing in `style`; `tokenizer` counts tokens as the policy would.
+    pub fn new(tasks: &[Task], style: Mode, tokenizer: Arc<Tokenizer>) -> Self {
+        let tasks = tasks.iter().filter(|t| t.solution.is_some()).map(|t| (t.question.clone(), t.clone())).collect();
+        Oracle { tasks: Arc::new(tasks), style, tokenizer }
+    }
+
+    /// The same oracle writing in another style.
+    pub fn with_style(&self, style: Mode) -> Self {
+        Oracle { style, ..self.clone() }
+    }
+
+    /// Every turn of the solution of `task`, in this style.
+    pub fn turns(&self, task: &Task) -> Vec<String> {
+        match &task.solution {
+            Some(solution) => script(task, solution, self.style),
+            None => Vec::new(),
+        }
+    }
+
+    fn next_turn(&self, messages: &[Message]) -> Result<String, BackendError> {
+        let question = messages.iter().find(|m| m.role == Role::User).map(|m| m.content.as_str()).unwrap_or_default();
+        // A memory carried with the question (see `runner::context`) is not part of it.
+        let question = question.split("\n<mem>").next().unwrap_or(question);
+        let task = self.tasks.get(question).ok_or_else(|| BackendError::UnknownTask(clip(question)))?;
+        let turns = self.turns(task);
+        let assistant: Vec<&Message> = messages.iter().filter(|m| m.role == Role::Assistant).collect();
+        let done = assistant
+            .last()
+            .and_then(|m| progress(&m.content))
+            .map(|p| p + 1)
+            .unwrap_or(assistant.len());
+        Ok(turns.get(done).or(turns.last()).cloned().unwrap_or_default())
+    }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// The turn index an oracle `<mem>` records.
+fn progress(text: &str) -> Option<usize> {
+    let turn = trace::parse(text);
+    let mem = turn.mem()?;
+    let rest = &mem[mem.find(PROGRESS)? + PROGRESS.len()..];
+    rest.split('/').next()?.trim().parse().ok()
+}
+
+fn call(step: &Step) -> String {
+    let body = json!({"name": "search", "arguments": {"query": step.query}});
+    format!("<tool_call>{body}</tool_call>")
+}
+
+fn plan_of(solution: &Solution) -> Option<Plan> {
+    let tasks = solution
+        .steps
+        .iter()
+        .map(|s| plan::Task { id: s.id.clone(), description: s.description.clone(), depends_on: s.depends_on.clone() })
+        .collect();
+    Plan::new(tasks).ok()
+}
+
+fn gap_plan(plan: &Plan) -> String {
+    format!("<plan>\n{plan}</plan>")
+}
+
+fn searl_plan(plan: &Plan) -> String {
+    let mut edges: Vec<String> = plan.edges().iter().map(|(from, to)| format!("(ST{from}, ST{to})")).collect();
+    for t in plan.tasks() {
+        let linked = plan.edges().iter().any(|(a, b)| *a == t.id || *b == t.id);
+        if !linked {
+            edges.push(format!("(ST{})", t.id));
+        }
+    }
+    let mut s = format!("##DAG_LIST\n[{}]\n", edges.join(", "));
+    for t in plan.tasks() {
+        s.push_str(&format!("##ST{}: {}\n1. search for it.\n", t.id, t.description));
+    }
+    s
+}
+
+fn answer_turn(task: &Task, solution: &Solution, known: &[&Step], style: Mode) -> String {
+    if style == Mode::Mem {
+        // The memory already holds every result; restating them would grow the turn.
+        return format!("<think>Everything needed is in memory.</think>\n<answer>\\boxed{{{}}}</answer>", task.golden_answers[0]);
+    }
+    let facts: Vec<&str> = known.iter().map(|s| s.finding.as_str()).collect();
+    let reason = match &solution.compute {
+        Some(c) => format!("{}; adding {} gives the total", facts.join("; "), c.inputs["values"]),
+        None => facts.join("; "),
+    };
+    format!("<think>{reason}.</think>\n<answer>\\boxed{{{}}}</answer>", task.golden_answers[0])
+}
+
+fn mem(turn: usize, total: usize, known: &[&Step]) -> String {
+    // A summary keeps what later steps need: each step's result, not its prose.
+    let facts: Vec<String> = known.iter().map(|s| format!("({}) {}", s.id, s.value)).collect();
+    let facts = if facts.is_empty() { "nothing yet".to_string() } else { facts.join("; ") };
+    format!("<mem>{PROGRESS}{turn}/{total}. Known: {facts}.</mem>\n")
+}
+
+/// The solution as turns in `style`.
+fn script(task: &Task, solution: &Solution, style: Mode) -> Vec<String> {
+    let Some(plan) = plan_of(solution) else { return Vec::new() };
+    let levels: Vec<Vec<&Step>> =
+        plan.levels().iter().map(|l| l.iter().map(|&i| &solution.steps[i]).collect()).collect();
+    let mut turns = Vec::new();
+    let mut known: Vec<&Step> = Vec::new();
+    match style {
+        Mode::React | Mode::Mem => {
+            let flat: Vec<&Step> = levels.iter().flatten().copied().collect();
+            let total = flat.len() + 1;
+            for (i, step) in flat.iter().enumerate() {
+                let memory = if style == Mode::Mem { mem(i, total, &known) } else { String::new() };
+                turns.push(format!("{memory}<think>{}.</think>\n{}", step.description, call(step)));
+                known.push(step);
+            }
+            let memory = if style == Mode::Mem { mem(flat.len(), total, &known) } else { String::new() };
+            turns.push(memory + &answer_turn(task, solution, &known, style));
+        }
+        Mode::Gap | Mode::Searl => {
+            for (i, level) in levels.iter().enumerate() {
+                let calls: Vec<String> = level.iter().map(|s| call(s)).collect();
+                let what: Vec<&str> = level.iter().map(|s| s.description.as_str()).collect();
+                let mut text = format!("<think>{}.</think>\n", what.join("; "));
+                if i == 0 {
+                    text.push_str(&if style == Mode::Gap { gap_plan(&plan) } else { searl_plan(&plan) });
+                    text.push('\n');
+                }
+                text.push_str(&calls.join("\n"));
+                turns.push(text);
+                known.extend(level.iter().copied());
+            }
+            if let (Mode::Searl, Some(c)) = (style, &solution.compute) {
+                let body = json!({"name": CREATE_TOOL, "arguments": {
+                    "name": c.name, "description": c.description, "arguments": "values: list of integers",
+                    "returns": "their exact sum", "code": c.code, "inputs": c.inputs,
+                }});
+                turns.push(format!("<think>Exact arithmetic: write a tool.</think>\n<tool_call>{body}</tool_call>"));
+            }
+            turns.push(answer_turn(task, solution, &known, style));
+        }
+    }
+    turns
+}
+
+impl Backend for Oracle {
+    fn name(&self) -> String {
+        format!("oracle:{}", self.style)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        messages: &'a [Message],
+        _options: &'a GenerateOptions,
+    ) -> BoxFuture<'a, Result<Completion, BackendError>> {
+        Box::pin(async move {
+            let text = self.next_turn(messages)?;
+            let template = self.tokenizer.chat_template().unwrap_or(toolsmith_policy::tokenizer::CHATML_TEMPLATE);
+            let prompt = render_chat(template, messages, true, "", "")?;
+            let usage = Usage {
+                prompt_tokens: self.tokenizer.encode(&prompt)?.len(),
+                completion_tokens: self.tokenizer.encode(&text)?.len(),
+            };
+            Ok(Completion { text, usage })
+        })
+    }
+}

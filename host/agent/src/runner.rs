@@ -1,0 +1,425 @@
+//! The agent loop: prompt, turn, tool calls, observation, until an answer or the turn budget.
+//!
+//! Modes: `react` (one call per turn, full history), `gap` (a dependency-graph plan, then every
+//! call of a level in one turn, run concurrently; full history) and `mem` (MemPO: the context is
+//! the question, the latest `<mem>` and the last step only). Each step records its prompt and
+//! response tokens, so total (TT) and peak (PT) tokens per trajectory follow.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolsmith_contract::{Manifest, ToolKind};
+use toolsmith_registry::PlanStep;
+
+use crate::backend::{Backend, BoxFuture, GenerateOptions, Message};
+use crate::plan::Plan;
+use crate::schedule::{CallRecord, Scheduler};
+use crate::tools::Executor;
+use crate::trace::{self, Tag};
+
+/// How the agent works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// ReAct: one call per turn, full history.
+    React,
+    /// GAP: a dependency graph, then each level's calls in parallel in one turn.
+    Gap,
+    /// MemPO: a self-written `<mem>` replaces the history.
+    Mem,
+    /// SEARL: a `##DAG_LIST` plan, run level by level, creating Python tools where they help.
+    Searl,
+}
+
+impl Mode {
+    /// Every mode.
+    pub const ALL: [Mode; 4] = [Mode::React, Mode::Gap, Mode::Mem, Mode::Searl];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::React => "react",
+            Mode::Gap => "gap",
+            Mode::Mem => "mem",
+            Mode::Searl => "searl",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// How much of the history the model sees.
+    pub fn context(self) -> ContextPolicy {
+        match self {
+            Mode::Mem => ContextPolicy::Memory,
+            _ => ContextPolicy::Full,
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the model sees of the history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextPolicy {
+    /// Every turn and observation.
+    Full,
+    /// The question, the latest `<mem>` and the last step (MemPO).
+    Memory,
+}
+
+/// Retrieves tools for texts (the question, a plan's tasks).
+pub trait Retriever: Send + Sync + fmt::Debug {
+    /// The best `k` tools for the queries together.
+    fn retrieve<'a>(&'a self, queries: &'a [String], k: usize) -> BoxFuture<'a, Vec<Manifest>>;
+}
+
+/// The agent's settings.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The mode.
+    pub mode: Mode,
+    /// Turns at most (B).
+    pub max_turns: usize,
+    /// Sampling.
+    pub generate: GenerateOptions,
+    /// Calls at once and per-call timeout.
+    pub scheduler: Scheduler,
+    /// Tools retrieved per query.
+    pub top_k: usize,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            mode: Mode::Gap,
+            max_turns: 12,
+            generate: GenerateOptions::default(),
+            scheduler: Scheduler::default(),
+            top_k: 5,
+        }
+    }
+}
+
+/// An agent: a backend, tools, optionally a retriever.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    backend: Arc<dyn Backend>,
+    tools: Arc<dyn Executor>,
+    retriever: Option<Arc<dyn Retriever>>,
+    config: AgentConfig,
+}
+
+/// Why an episode ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    /// The agent answered.
+    Answered,
+    /// The turn budget ran out.
+    Budget,
+    /// The backend failed.
+    BackendError(String),
+}
+
+/// One turn of a trajectory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// What the model wrote.
+    pub text: String,
+    /// Tokens of the context it saw.
+    pub prompt_tokens: usize,
+    /// Tokens it wrote.
+    pub response_tokens: usize,
+    /// The calls of the turn.
+    pub calls: Vec<CallRecord>,
+    /// What the runtime told the model afterwards (observations and errors).
+    pub observation: String,
+    /// Syntax and plan problems of the turn.
+    pub errors: Vec<String>,
+    /// Milliseconds the backend took.
+    pub model_ms: f64,
+}
+
+/// A whole episode.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trajectory {
+    /// The question.
+    pub question: String,
+    /// The mode.
+    pub mode: Mode,
+    /// The backend's name.
+    pub backend: String,
+    /// The turns.
+    pub steps: Vec<StepRecord>,
+    /// The plan, if the agent wrote a valid one.
+    pub plan: Option<Plan>,
+    /// The final answer.
+    pub answer: Option<String>,
+    /// Why it ended.
+    pub finish: Finish,
+    /// Tools listed in the prompt (retrieved ones included).
+    pub tools: Vec<String>,
+    /// Milliseconds from start to finish.
+    pub wall_ms: f64,
+}
+
+impl Trajectory {
+    /// Turns taken.
+    pub fn turns(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Total tokens (TT): every step's context plus its response.
+    pub fn total_tokens(&self) -> usize {
+        self.steps.iter().map(|s| s.prompt_tokens + s.response_tokens).sum()
+    }
+
+    /// Peak tokens (PT): the largest context plus response of one step.
+    pub fn peak_tokens(&self) -> usize {
+        self.steps.iter().map(|s| s.prompt_tokens + s.response_tokens).max().unwrap_or(0)
+    }
+
+    /// Tokens the model wrote.
+    pub fn response_tokens(&self) -> usize {
+        self.steps.iter().map(|s| s.response_tokens).sum()
+    }
+
+    /// Every call, in order.
+    pub fn calls(&self) -> impl Iterator<Item = &CallRecord> {
+        self.steps.iter().flat_map(|s| s.calls.iter())
+    }
+
+    /// Tools created by `create_and_execute_mcp` that ran: the trajectory's candidates.
+    pub fn created_tools(&self) -> Vec<&toolsmith_host::python::create::PythonTool> {
+        self.calls().filter_map(|c| c.created.as_ref()).collect()
+    }
+
+    /// The plan's tasks bound to the tools that carried them out, for the tool graph's edges.
+    pub fn plan_steps(&self) -> Vec<PlanStep> {
+        let Some(plan) = &self.plan else { return Vec::new() };
+        let tool_of: BTreeMap<&str, &str> =
+            self.calls().filter_map(|c| c.task.as_deref().map(|t| (t, c.name.as_str()))).collect();
+        plan.tasks()
+            .iter()
+            .filter_map(|t| {
+                tool_of.get(t.id.as_str()).map(|tool| PlanStep {
+                    id: t.id.clone(),
+                    tool: (*tool).to_string(),
+                    depends_on: t.depends_on.clone(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The instructions for a mode, with the tools in OpenAI function form.
+pub fn system_prompt(mode: Mode, tools: &[Manifest]) -> String {
+    let mut s = String::from(
+        "You answer questions with tools. Think in <think>...</think>. Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>; each result comes back in <observation>. ",
+    );
+    s.push_str(match mode {
+        Mode::React => "Call one tool per turn.",
+        Mode::Gap => "First write a plan of sub-tasks with dependencies: <plan>Task 1: ... - Dependencies: none</plan>. Then, each turn, call every task whose dependencies are done, as several <tool_call> blocks; they run in parallel.",
+        Mode::Mem => "Begin every turn with <mem>...</mem>: everything you know so far. Only the question, your latest memory and the last step are kept.",
+        Mode::Searl => "Plan with ##DAG_LIST [(ST1, ST2)] and ##STn: sections. Call independent steps together. For exact computation, write a tool with create_and_execute_mcp.",
+    });
+    s.push_str(" When you know the answer, write <answer>\\boxed{answer}</answer>.\nTools:\n");
+    for t in tools {
+        s.push_str(&t.to_openai_function().to_string());
+        s.push('\n');
+    }
+    s
+}
+
+/// The messages the model sees before its next turn.
+pub fn context(policy: ContextPolicy, system: &str, question: &str, steps: &[StepRecord]) -> Vec<Message> {
+    let mut messages = vec![Message::system(system)];
+    match policy {
+        ContextPolicy::Full => {
+            messages.push(Message::user(question));
+            for s in steps {
+                messages.push(Message::assistant(&s.text));
+                messages.push(Message::user(&s.observation));
+            }
+        }
+        ContextPolicy::Memory => {
+            let last = steps.last();
+            let latest_mem = steps.iter().rev().find_map(|s| trace::parse(&s.text).mem().map(str::to_string));
+            let last_has_mem = last.is_some_and(|s| trace::parse(&s.text).mem().is_some());
+            match latest_mem {
+                // The latest memory is not in the last step: carry it with the question.
+                Some(mem) if !last_has_mem => messages.push(Message::user(format!("{question}\n<mem>{mem}</mem>"))),
+                _ => messages.push(Message::user(question)),
+            }
+            if let Some(s) = last {
+                messages.push(Message::assistant(&s.text));
+                messages.push(Message::user(&s.observation));
+            }
+        }
+    }
+    messages
+}
+
+/// How observations are shown: one `<observation>` per call.
+pub fn observation(calls: &[CallRecord], errors: &[String]) -> String {
+    let mut parts: Vec<String> = calls
+        .iter()
+        .map(|c| {
+            let body = serde_json::json!({ "name": c.name, "result": c.result });
+            format!("<{o}>{body}</{o}>", o = Tag::Observation.name())
+        })
+        .collect();
+    for e in errors {
+        parts.push(format!("<{o}>{{\"error\": {}}}</{o}>", Value::String(e.clone()), o = Tag::Observation.name()));
+    }
+    parts.join("\n")
+}
+
+impl Agent {
+    /// An agent over `backend` and `tools`.
+    pub fn new(backend: Arc<dyn Backend>, tools: Arc<dyn Executor>, config: AgentConfig) -> Self {
+        Agent { backend, tools, retriever: None, config }
+    }
+
+    /// Retrieves tools for the question and the plan's tasks instead of listing every tool.
+    pub fn with_retriever(mut self, retriever: Arc<dyn Retriever>) -> Self {
+        self.retriever = Some(retriever);
+        self
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    async fn listed_tools(&self, queries: &[String], listed: &mut Vec<Manifest>) {
+        let Some(retriever) = &self.retriever else {
+            if listed.is_empty() {
+                *listed = self.tools.manifests();
+            }
+            return;
+        };
+        if listed.is_empty() {
+            // Host tools (search, create_and_execute_mcp) are always listed.
+            listed.extend(self.tools.manifests().into_iter().filter(|m| m.kind == ToolKind::Native));
+        }
+        for m in retriever.retrieve(queries, self.config.top_k).await {
+            if !listed.iter().any(|l| l.name == m.name) {
+                listed.push(m);
+            }
+        }
+    }
+
+    /// Runs one episode.
+    pub async fn run(&self, question: &str) -> Trajectory {
+        let started = Instant::now();
+        let mode = self.config.mode;
+        let mut listed = Vec::new();
+        self.listed_tools(&[question.to_string()], &mut listed).await;
+        let mut steps: Vec<StepRecord> = Vec::new();
+        let mut plan: Option<Plan> = None;
+        // The plan level the next calls belong to.
+        let mut level = 0;
+        let mut answer = None;
+        let mut finish = Finish::Budget;
+        for _ in 0..self.config.max_turns {
+            let system = system_prompt(mode, &listed);
+            let messages = context(mode.context(), &system, question, &steps);
+            let model_started = Instant::now();
+            let completion = match self.backend.complete(&messages, &self.config.generate).await {
+                Ok(c) => c,
+                Err(e) => {
+                    finish = Finish::BackendError(e.to_string());
+                    break;
+                }
+            };
+            let model_ms = model_started.elapsed().as_secs_f64() * 1e3;
+            let turn = trace::parse(&completion.text);
+            let mut errors: Vec<String> = turn.errors.iter().map(ToString::to_string).collect();
+            if plan.is_none() {
+                match turn.plan() {
+                    Some(Ok(p)) => {
+                        let texts: Vec<String> = p.tasks().iter().map(|t| t.description.clone()).collect();
+                        self.listed_tools(&texts, &mut listed).await;
+                        plan = Some(p);
+                    }
+                    Some(Err(e)) => errors.push(e.to_string()),
+                    None => {}
+                }
+            }
+            let mut calls = Vec::new();
+            for c in turn.tool_calls() {
+                match c {
+                    Ok(c) => calls.push((c.name, Value::Object(c.arguments))),
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+            if mode == Mode::React && calls.len() > 1 {
+                errors.push(format!("react mode runs one call per turn; {} calls were not run", calls.len() - 1));
+                calls.truncate(1);
+            }
+            let final_answer = turn.final_answer();
+            let mut records = if calls.is_empty() {
+                Vec::new()
+            } else {
+                self.config.scheduler.run_level(&self.tools, calls, level).await
+            };
+            if !records.is_empty() {
+                if let Some(p) = &plan {
+                    bind_tasks(p, level, &mut records);
+                }
+                level += 1;
+            }
+            if records.is_empty() && final_answer.is_none() && errors.is_empty() {
+                errors.push("write a <tool_call> or an <answer>".into());
+            }
+            let observation = observation(&records, &errors);
+            steps.push(StepRecord {
+                text: completion.text,
+                prompt_tokens: completion.usage.prompt_tokens,
+                response_tokens: completion.usage.completion_tokens,
+                calls: records,
+                observation,
+                errors,
+                model_ms,
+            });
+            if let Some(a) = final_answer {
+                answer = Some(a);
+                finish = Finish::Answered;
+                break;
+            }
+        }
+        Trajectory {
+            question: question.to_string(),
+            mode,
+            backend: self.backend.name(),
+            steps,
+            plan,
+            answer,
+            finish,
+            tools: listed.iter().map(|m| m.name.as_str().to_string()).collect(),
+            wall_ms: started.elapsed().as_secs_f64() * 1e3,
+        }
+    }
+}
+
+/// Assigns a level's calls to the plan's tasks of that level, in order.
+fn bind_tasks(plan: &Plan, level: usize, records: &mut [CallRecord]) {
+    let levels = plan.levels();
+    let Some(tasks) = levels.get(level) else { return };
+    for (record, &i) in records.iter_mut().zip(tasks) {
+        record.task = Some(plan.tasks()[i].id.clone());
+    }
+}
