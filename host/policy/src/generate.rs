@@ -24,6 +24,20 @@ pub enum FinishReason {
     StopString,
     /// `max_new_tokens` reached.
     Length,
+    /// A [`Constraint`] reported the output complete (or allowed no token at all).
+    Constraint,
+}
+
+/// Restricts which tokens each sequence may produce (constrained decoding). Sampling draws from
+/// the constrained distribution: tokens the cheap [`Constraint::mask`] leaves are checked exactly
+/// with [`Constraint::allows`], and a rejected token is removed before drawing again.
+pub trait Constraint {
+    /// Sets logits of tokens that cannot follow to -inf (a fast, possibly loose filter).
+    fn mask(&mut self, sequence: usize, logits: &mut [f32]);
+    /// Whether `token` may follow (exact).
+    fn allows(&mut self, sequence: usize, token: i64) -> bool;
+    /// Commits `token`; true when the sequence's output is complete.
+    fn advance(&mut self, sequence: usize, token: i64) -> bool;
 }
 
 /// One generated continuation.
@@ -82,7 +96,19 @@ impl Policy {
         &self,
         prompts: &[Vec<i64>],
         params: &SamplingParams,
+        on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
+    ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
+        self.generate_with(prompts, params, on_token, None)
+    }
+
+    /// [`Policy::generate`] under a [`Constraint`]. Log-probs are those of the unconstrained
+    /// model (what the network assigned), so scoring the output later gives the same numbers.
+    pub fn generate_with(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
         mut on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
+        mut constraint: Option<&mut dyn Constraint>,
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
         params.validate()?;
         let vocab = self.model().spec().vocab_size;
@@ -167,13 +193,25 @@ impl Policy {
                     continue;
                 }
                 let row = &rows[i];
-                let token = seq.sampler.next(row, &seq.seen);
+                let token = match constraint.as_deref_mut() {
+                    None => seq.sampler.next(row, &seq.seen),
+                    Some(c) => match constrained_next(c, i, row, &mut seq.sampler, &seq.seen) {
+                        Some(t) => t,
+                        None => {
+                            seq.finish = Some(FinishReason::Constraint);
+                            continue;
+                        }
+                    },
+                };
                 seq.logprobs.push(log_prob(row, token as usize));
                 seq.output.push(token);
                 seq.seen.push(token);
                 feed[i] = token;
                 stats.generated_tokens += 1;
-                if !params.ignore_eos && self.tokenizer().eos_ids().contains(&token) {
+                let done = constraint.as_deref_mut().is_some_and(|c| c.advance(i, token));
+                if done {
+                    seq.finish = Some(FinishReason::Constraint);
+                } else if !params.ignore_eos && self.tokenizer().eos_ids().contains(&token) {
                     seq.finish = Some(FinishReason::Eos);
                 } else if params.stop_token_ids.contains(&token) {
                     seq.finish = Some(FinishReason::StopToken);
@@ -243,6 +281,23 @@ impl Policy {
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
         let ids = prompts.iter().map(|p| self.tokenizer().encode(p)).collect::<Result<Vec<_>, _>>()?;
         self.generate(&ids, params, on_token)
+    }
+}
+
+/// Draws under a constraint: mask, draw, check, and on rejection remove the token and draw
+/// again. `None` when no token is allowed.
+fn constrained_next(c: &mut dyn Constraint, i: usize, row: &[f32], sampler: &mut Sampler, seen: &[i64]) -> Option<i64> {
+    let mut masked = row.to_vec();
+    c.mask(i, &mut masked);
+    loop {
+        if !masked.iter().any(|l| l.is_finite()) {
+            return None;
+        }
+        let token = sampler.next(&masked, seen);
+        if masked[token as usize].is_finite() && c.allows(i, token) {
+            return Some(token);
+        }
+        masked[token as usize] = f32::NEG_INFINITY;
     }
 }
 

@@ -9,6 +9,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod constrain;
 pub mod decoder;
 pub mod generate;
 pub mod llama;
@@ -21,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 pub use checkpoint::{LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER};
 pub use config::{DecoderSpec, ModelConfig};
-pub use generate::{FinishReason, Generation, GenerationStats, TokenEvent};
+pub use generate::{Constraint, FinishReason, Generation, GenerationStats, TokenEvent};
 pub use sampling::SamplingParams;
 pub use score::{TokenScores, TokenSequence};
 pub use tch;
