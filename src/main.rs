@@ -47,6 +47,13 @@ enum Command {
     Policy(commands::policy::PolicyCommand),
     /// Serve the tool graph over MCP (stdio or streamable HTTP), with a status API.
     Serve(commands::serve::ServeArgs),
+    /// Evaluate a policy on a task set: EM, F1, pass@1, turns, tokens (TT, PT), cost-of-pass.
+    Eval(commands::agent::EvalArgs),
+    /// Answer one question and show the trace.
+    Run(commands::agent::RunArgs),
+    /// The bundled offline world: entities, a corpus and task families.
+    #[command(subcommand)]
+    World(commands::agent::WorldCommand),
     /// Browse and maintain the tool graph (the registry).
     #[command(subcommand)]
     Tools(commands::tools::ToolsCommand),
@@ -70,6 +77,9 @@ fn main() -> ExitCode {
         Command::Plugin(cmd) => commands::plugin::run(&env, cmd),
         Command::Policy(cmd) => commands::policy::run(cmd),
         Command::Serve(args) => commands::serve::run(&env, args),
+        Command::Eval(args) => commands::agent::eval(&env, args),
+        Command::Run(args) => commands::agent::run(&env, args),
+        Command::World(cmd) => commands::agent::world(cmd),
         Command::Tools(cmd) => commands::tools::run(&env, cmd),
         Command::Schema { which } => commands::print_schema(which),
     };

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod agent;
 pub mod call;
 pub mod create;
 pub mod plugin;

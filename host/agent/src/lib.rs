@@ -13,10 +13,13 @@
 pub mod backend;
 pub mod env;
 pub mod eval;
+pub mod graph;
 pub mod oracle;
 pub mod plan;
 pub mod runner;
 pub mod schedule;
+pub mod serve;
+pub mod simulate;
 pub mod tools;
 pub mod trace;
 

@@ -43,6 +43,9 @@ pub struct HttpOptions {
     pub max_body_bytes: usize,
     /// How long shutdown waits for running calls.
     pub drain_timeout: Duration,
+    /// More routes served beside MCP, behind the same token (e.g. a policy's
+    /// `/v1/chat/completions`).
+    pub extra_routes: Option<Router>,
 }
 
 impl HttpOptions {
@@ -55,6 +58,7 @@ impl HttpOptions {
             allowed_origins: Vec::new(),
             max_body_bytes: 4 << 20,
             drain_timeout: Duration::from_secs(30),
+            extra_routes: None,
         }
     }
 }
@@ -113,8 +117,9 @@ impl HttpServer {
         let protected = Router::new()
             .merge(mcp)
             .route("/status", get(status))
-            .route_layer(axum::middleware::from_fn_with_state(token, require_token))
-            .with_state(daemon.clone());
+            .with_state(daemon.clone())
+            .merge(options.extra_routes.unwrap_or_default())
+            .route_layer(axum::middleware::from_fn_with_state(token, require_token));
         let router = Router::new()
             .route("/health", get(|| async { "ok" }))
             .merge(protected)

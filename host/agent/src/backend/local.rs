@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use toolsmith_policy::{Policy, SamplingParams, TokenEvent};
+use toolsmith_policy::{FinishReason, Policy, SamplingParams, TokenEvent};
 
 use super::{Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Usage, render_chat};
 
@@ -52,9 +52,14 @@ impl LocalBackend {
         let callback: Option<&mut dyn FnMut(TokenEvent<'_>)> = Some(&mut forward);
         let (mut generations, _) = policy.generate(std::slice::from_ref(&prompt), &params, callback)?;
         let generation = generations.pop().ok_or_else(|| BackendError::Join("no generation".into()))?;
+        let finish_reason = match generation.finish_reason {
+            FinishReason::Length => "length",
+            _ => "stop",
+        };
         Ok(Completion {
             text: generation.text,
             usage: Usage { prompt_tokens: prompt.len(), completion_tokens: generation.output_ids.len() },
+            finish_reason: finish_reason.into(),
         })
     }
 }

@@ -69,6 +69,8 @@ pub struct Completion {
     pub text: String,
     /// Token counts.
     pub usage: Usage,
+    /// OpenAI's reason: `stop` (end of turn, stop string) or `length` (token budget).
+    pub finish_reason: String,
 }
 
 /// Sampling options every backend understands.

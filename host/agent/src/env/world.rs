@@ -392,13 +392,25 @@ impl World {
 
     fn lookup(&self, id: usize, entity: &Entity, key: &str, depends_on: Vec<String>) -> (Step, String) {
         let value = entity.text(key);
-        let words = key.replace('_', " ");
+        let n = &entity.name;
+        let (what, fact) = match key {
+            "born_in" => (format!("the city where {n} was born"), format!("{n} was born in {value}")),
+            "birth_year" => (format!("the year {n} was born"), format!("{n} was born in {value}")),
+            "founded" => (format!("the year {n} was founded"), format!("{n} was founded in {value}")),
+            "founder" => (format!("who founded {n}"), format!("{n} was founded by {value}")),
+            "country" => (format!("the country {n} is in"), format!("{n} is in {value}")),
+            "works_for" => (format!("the company {n} works for"), format!("{n} works for {value}")),
+            other => {
+                let words = other.replace('_', " ");
+                (format!("the {words} of {n}"), format!("the {words} of {n} is {value}"))
+            }
+        };
         let step = Step {
             id: id.to_string(),
-            description: format!("Find the {words} of {}", entity.name),
+            description: format!("Find {what}"),
             query: entity.name.clone(),
             depends_on,
-            finding: format!("the {words} of {} is {value}", entity.name),
+            finding: fact,
             value: value.clone(),
         };
         (step, value)

@@ -1,0 +1,90 @@
+//! The agent and the tool graph: retrieval of tools for the question and the plan's tasks
+//! (hybrid BM25 + embeddings, expanded along the graph), and what a finished trajectory teaches
+//! the graph (plan edges, candidate tools).
+
+use std::sync::{Arc, Mutex};
+
+use toolsmith_contract::Manifest;
+use toolsmith_registry::{Candidate, NewTool, RecordedPlan, Registry, RegistryError, SearchRequest};
+
+use crate::backend::BoxFuture;
+use crate::runner::{Retriever, Trajectory};
+
+/// Retrieves from a registry (searches run on a blocking thread).
+#[derive(Debug, Clone)]
+pub struct RegistryRetriever {
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl RegistryRetriever {
+    /// Shares `registry`.
+    pub fn new(registry: Arc<Mutex<Registry>>) -> Self {
+        RegistryRetriever { registry }
+    }
+}
+
+impl Retriever for RegistryRetriever {
+    fn retrieve<'a>(&'a self, queries: &'a [String], k: usize) -> BoxFuture<'a, Vec<Manifest>> {
+        let registry = self.registry.clone();
+        let queries = queries.to_vec();
+        Box::pin(async move {
+            let found = tokio::task::spawn_blocking(move || -> Result<Vec<Manifest>, RegistryError> {
+                let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
+                let hits = r.search(&SearchRequest::new(queries).k(k).expand(true))?;
+                hits.iter().map(|h| r.get(&h.name).map(|t| t.manifest)).collect()
+            })
+            .await;
+            match found {
+                Ok(Ok(tools)) => tools,
+                Ok(Err(e)) => {
+                    tracing::warn!("tool retrieval failed: {e}");
+                    Vec::new()
+                }
+                Err(e) => {
+                    tracing::warn!("tool retrieval task failed: {e}");
+                    Vec::new()
+                }
+            }
+        })
+    }
+}
+
+/// What recording a trajectory did.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    /// Plan edges added to the graph.
+    pub plan: Option<RecordedPlan>,
+    /// Candidate tools stored for the run.
+    pub candidates: usize,
+}
+
+/// Teaches the graph from a trajectory: its plan's dependencies become weighted edges between
+/// the tools that carried them out, and tools it created become candidates of `run` (admitted
+/// later by the best-reward filter).
+pub fn record(
+    registry: &mut Registry,
+    run: &str,
+    iteration: i64,
+    task: &str,
+    trajectory: &Trajectory,
+    reward: f64,
+) -> Result<Recorded, RegistryError> {
+    let mut out = Recorded::default();
+    let steps = trajectory.plan_steps();
+    if steps.len() > 1 && reward > 0.0 {
+        out.plan = Some(registry.record_plan(&steps, reward)?);
+    }
+    let summary = serde_json::to_string(trajectory).unwrap_or_default();
+    for tool in trajectory.created_tools() {
+        registry.add_candidate(&Candidate {
+            run: run.to_string(),
+            iteration,
+            task: task.to_string(),
+            trajectory: summary.clone(),
+            reward,
+            tool: NewTool::new(tool.manifest.clone()).with_blob(tool.to_blob()),
+        })?;
+        out.candidates += 1;
+    }
+    Ok(out)
+}

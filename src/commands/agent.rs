@@ -1,0 +1,339 @@
+//! `toolsmith world`, `toolsmith eval` and `toolsmith run`: the bundled offline world, evaluation
+//! of a policy on a task set, and one readable trace.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use toolsmith_agent::backend::{Backend, GenerateOptions, LocalBackend, OpenAiBackend};
+use toolsmith_agent::env::metrics::{exact_match, f1};
+use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
+use toolsmith_agent::eval::{evaluate, peak_by_objectives};
+use toolsmith_agent::graph::{RegistryRetriever, record};
+use toolsmith_agent::tools::LocalTools;
+use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Scheduler, Trajectory};
+use toolsmith_host::Limits;
+use toolsmith_policy::{LoadOptions, Policy, Tokenizer};
+
+use super::Env;
+
+#[derive(Debug, Subcommand)]
+pub enum WorldCommand {
+    /// Write the world's corpus and tasks as JSON lines (corpus.jsonl, tasks.jsonl, world.json).
+    Generate {
+        #[command(flatten)]
+        world: WorldArgs,
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// The bundled world's size (used when no --tasks file is given).
+#[derive(Debug, Clone, Args)]
+pub struct WorldArgs {
+    /// Seed of the generator.
+    #[arg(long, default_value_t = WorldConfig::default().seed)]
+    pub seed: u64,
+    /// Countries (cities, people and companies scale with it).
+    #[arg(long, default_value_t = WorldConfig::default().countries)]
+    pub countries: usize,
+    /// Tasks per family.
+    #[arg(long, default_value_t = WorldConfig::default().tasks_per_family)]
+    pub tasks_per_family: usize,
+}
+
+impl WorldArgs {
+    fn config(&self) -> WorldConfig {
+        WorldConfig { seed: self.seed, countries: self.countries, tasks_per_family: self.tasks_per_family }
+    }
+}
+
+/// Which policy acts, and how.
+#[derive(Debug, Clone, Args)]
+pub struct PolicyArgs {
+    /// `oracle` (correct traces for the bundled world), `tiny` (an untrained tiny model), a
+    /// checkpoint directory, or an OpenAI-compatible base URL such as http://127.0.0.1:8000/v1.
+    #[arg(long, default_value = "oracle")]
+    pub policy: String,
+    /// The model name sent to an OpenAI-compatible endpoint.
+    #[arg(long, default_value = "default")]
+    pub model: String,
+    /// Environment variable holding the endpoint's API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+    /// react, gap, mem or searl.
+    #[arg(long, default_value = "gap")]
+    pub mode: String,
+    /// Turn budget per task.
+    #[arg(long, default_value_t = 12)]
+    pub max_turns: usize,
+    /// Tokens per turn at most.
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Sampling temperature (0 is greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    /// Tool calls running at once.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Deadline of one tool call, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// List only tools retrieved from the tool graph for the question and the plan's tasks.
+    #[arg(long)]
+    pub retrieve: bool,
+    /// A JSON-lines task set ({question, golden_answers}) [default: the bundled world].
+    #[arg(long)]
+    pub tasks: Option<PathBuf>,
+    /// A JSON-lines corpus ({title, text}) for the search tool [default: the bundled world's].
+    #[arg(long)]
+    pub corpus: Option<PathBuf>,
+    #[command(flatten)]
+    pub world: WorldArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Only these families (repeatable): single_hop, multi_hop_sequential, multi_hop_parallel,
+    /// multi_objective, numeric, custom.
+    #[arg(long = "family")]
+    pub families: Vec<String>,
+    /// Evaluate the first N tasks only.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Episodes running at once.
+    #[arg(long, default_value_t = 4)]
+    pub parallel: usize,
+    /// Print the figures as one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the figures and every trajectory as JSON here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Record plans as tool-graph edges and created tools as candidates of this run.
+    #[arg(long, value_name = "RUN")]
+    pub record: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The question.
+    pub question: String,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Print the trajectory as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn world(cmd: WorldCommand) -> Result<ExitCode> {
+    match cmd {
+        WorldCommand::Generate { world, out } => {
+            let w = World::generate(world.config());
+            env::write_world(&w, &out).with_context(|| format!("cannot write the world to {}", out.display()))?;
+            println!(
+                "wrote {} documents and {} tasks to {}",
+                w.documents().len(),
+                w.tasks().len(),
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn tiny_tokenizer() -> Result<Arc<Tokenizer>> {
+    let config = toolsmith_policy::tokenizer::tiny_tokenizer_config();
+    Ok(Arc::new(Tokenizer::from_bytes(toolsmith_policy::TINY_TOKENIZER.as_bytes(), Some(&config))?))
+}
+
+/// Tasks and corpus: the user's files or the bundled world.
+fn load_env(args: &PolicyArgs) -> Result<(Vec<Task>, Arc<Corpus>)> {
+    let world = World::generate(args.world.config());
+    let tasks = match &args.tasks {
+        Some(p) => env::load_tasks(p).with_context(|| format!("cannot read tasks from {}", p.display()))?,
+        None => world.tasks(),
+    };
+    let corpus = match &args.corpus {
+        Some(p) => Corpus::load_jsonl(p).with_context(|| format!("cannot read the corpus {}", p.display()))?,
+        None => Corpus::new(&world.documents())?,
+    };
+    Ok((tasks, Arc::new(corpus)))
+}
+
+fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task]) -> Result<Arc<dyn Backend>> {
+    let p = args.policy.as_str();
+    if p == "oracle" {
+        return Ok(Arc::new(Oracle::new(tasks, mode, tiny_tokenizer()?)));
+    }
+    if p.starts_with("http://") || p.starts_with("https://") {
+        let key = std::env::var(&args.api_key_env).ok().filter(|k| !k.is_empty());
+        return Ok(Arc::new(OpenAiBackend::new(p, &args.model, key)));
+    }
+    let policy = if p == "tiny" {
+        Policy::tiny(0, LoadOptions::default())?
+    } else {
+        let bar = super::tools::spinner(&format!("loading {p}"));
+        let policy = Policy::load(Path::new(p), LoadOptions::default());
+        bar.finish_and_clear();
+        policy.with_context(|| format!("cannot load the policy in {p} (expected oracle, tiny, a directory or a URL)"))?
+    };
+    Ok(Arc::new(LocalBackend::new(policy, p)))
+}
+
+fn agent(env: &Env, args: &PolicyArgs, tasks: &[Task], corpus: Arc<Corpus>) -> Result<(Agent, Option<Arc<Mutex<toolsmith_registry::Registry>>>)> {
+    let Some(mode) = Mode::parse(&args.mode) else {
+        bail!("unknown mode `{}`: use react, gap, mem or searl", args.mode);
+    };
+    let toolbox = env.toolbox()?;
+    match env.python_runtime(toolbox.sandbox()) {
+        Ok(runtime) => toolbox.set_python(runtime),
+        Err(e) => tracing::warn!("create_and_execute_mcp is unavailable: {e:#}"),
+    }
+    let limits = Limits { timeout: Duration::from_millis(args.timeout_ms), ..Limits::default() };
+    let tools = Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, limits));
+    let config = AgentConfig {
+        mode,
+        max_turns: args.max_turns,
+        generate: GenerateOptions { max_tokens: args.max_tokens, temperature: args.temperature, ..GenerateOptions::default() },
+        scheduler: Scheduler { concurrency: args.concurrency, timeout: Duration::from_millis(args.timeout_ms + 1000) },
+        ..AgentConfig::default()
+    };
+    let mut agent = Agent::new(backend(args, mode, tasks)?, tools, config);
+    let mut registry = None;
+    if args.retrieve {
+        let r = Arc::new(Mutex::new(env.registry()?));
+        agent = agent.with_retriever(Arc::new(RegistryRetriever::new(r.clone())));
+        registry = Some(r);
+    }
+    Ok((agent, registry))
+}
+
+pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
+    let (mut tasks, corpus) = load_env(&args.policy)?;
+    if !args.families.is_empty() {
+        tasks.retain(|t| args.families.iter().any(|f| f == t.family.name()));
+    }
+    if let Some(n) = args.limit {
+        tasks.truncate(n);
+    }
+    if tasks.is_empty() {
+        bail!("no tasks to evaluate");
+    }
+    let (agent, mut registry) = agent(env, &args.policy, &tasks, corpus)?;
+    if let Some(run) = &args.record {
+        if registry.is_none() {
+            registry = Some(Arc::new(Mutex::new(env.registry()?)));
+        }
+        tracing::info!("recording plans and candidates as run {run}");
+    }
+    let bar = ProgressBar::new(tasks.len() as u64).with_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} tasks · {msg} · {elapsed} (eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
+    let mut solved = 0usize;
+    let mut done = 0usize;
+    let report = runtime.block_on(evaluate(&agent, &tasks, args.parallel, |r| {
+        done += 1;
+        solved += (r.em > 0.0) as usize;
+        bar.set_message(format!("EM {:.3}", solved as f64 / done as f64));
+        bar.inc(1);
+    }));
+    bar.finish_and_clear();
+    if let (Some(run), Some(registry)) = (&args.record, &registry) {
+        let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut edges, mut candidates) = (0, 0);
+        for result in &report.results {
+            let recorded = record(&mut r, run, 0, &result.id, &result.trajectory, result.em)?;
+            edges += recorded.plan.map_or(0, |p| p.edges.len());
+            candidates += recorded.candidates;
+        }
+        eprintln!("recorded {edges} plan edges and {candidates} candidate tools for run {run}");
+    }
+    if let Some(out) = &args.out {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))?;
+    }
+    if args.json {
+        let mut summary = report.clone();
+        summary.results.clear();
+        super::print_json(&summary)?;
+    } else {
+        print!("{}", report.table());
+        let peaks = peak_by_objectives(&report);
+        if peaks.len() > 1 {
+            let row: Vec<String> = peaks.iter().map(|(k, v)| format!("{k}: {v:.0}")).collect();
+            println!("peak tokens per step by objectives · {}", row.join(" · "));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(env: &Env, args: RunArgs) -> Result<ExitCode> {
+    let (tasks, corpus) = load_env(&args.policy)?;
+    let (agent, _) = agent(env, &args.policy, &tasks, corpus)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
+    let trajectory = runtime.block_on(agent.run(&args.question));
+    if args.json {
+        super::print_json(&trajectory)?;
+    } else {
+        print_trace(&trajectory);
+        if let Some(task) = tasks.iter().find(|t| t.question == args.question) {
+            let answer = trajectory.answer.clone().unwrap_or_default();
+            println!(
+                "golden: {} · EM {:.0} · F1 {:.2}",
+                task.golden_answers.join(" | "),
+                exact_match(&answer, &task.golden_answers),
+                f1(&answer, &task.golden_answers)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn clip(text: &str, n: usize) -> String {
+    let one_line = text.replace('\n', " ");
+    if one_line.chars().count() <= n { one_line } else { one_line.chars().take(n).collect::<String>() + "…" }
+}
+
+/// One trace, readably: each turn's text, its calls with verdicts and latencies, the answer.
+pub fn print_trace(t: &Trajectory) {
+    println!("question: {}", t.question);
+    println!("mode {} · backend {} · tools: {}", t.mode, t.backend, t.tools.join(", "));
+    for (i, step) in t.steps.iter().enumerate() {
+        println!("\n── turn {} · {} prompt + {} response tokens · {:.0} ms", i + 1, step.prompt_tokens, step.response_tokens, step.model_ms);
+        for line in step.text.lines() {
+            println!("   {line}");
+        }
+        for call in &step.calls {
+            println!(
+                "   → {}({}) [{:?}, level {}, {:.1} ms] {}",
+                call.name,
+                clip(&call.arguments.to_string(), 60),
+                call.verdict,
+                call.level,
+                call.latency_ms,
+                clip(&call.result.to_string(), 100)
+            );
+        }
+        for e in &step.errors {
+            println!("   ! {e}");
+        }
+    }
+    println!(
+        "\nanswer: {} · {:?} · {} turns · TT {} · PT {} · {:.0} ms",
+        t.answer.as_deref().unwrap_or("(none)"),
+        t.finish,
+        t.turns(),
+        t.total_tokens(),
+        t.peak_tokens(),
+        t.wall_ms
+    );
+}
