@@ -463,3 +463,65 @@ fn candidate_admission_keeps_created_tools_out_of_the_list() {
     assert!(broken["result"]["structuredContent"]["error"].as_str().is_some_and(|e| e.contains("SyntaxError")));
     assert!(server.finish().success());
 }
+
+/// `serve --policy` makes the local policy an OpenAI-compatible peer: the HTTP backend gets what
+/// the in-process policy generates, streaming adds up to the same text, bad bodies get 400s, and
+/// an agent runs episodes against it.
+#[test]
+fn the_policy_endpoint_is_a_real_peer_for_the_openai_backend() {
+    use toolsmith_agent::backend::{Backend, GenerateOptions, LocalBackend, Message, OpenAiBackend};
+
+    let server = HttpServer::start(&["--policy", "tiny", "--model-name", "tiny"]);
+    let messages = vec![Message::system("You answer questions."), Message::user("Where was Ada born?")];
+    let options = GenerateOptions { max_tokens: 24, temperature: 0.0, stop: Vec::new(), ..GenerateOptions::default() };
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let remote = OpenAiBackend::new(format!("{}/v1", server.base), "tiny", None);
+    let got = runtime.block_on(remote.complete(&messages, &options)).expect("the endpoint answers");
+    toolsmith_policy::set_threads(1);
+    let policy = toolsmith_policy::Policy::tiny(0, toolsmith_policy::LoadOptions::default()).expect("tiny");
+    let local = LocalBackend::new(policy, "tiny").complete_blocking(&messages, &options, None).expect("local");
+    assert_eq!(got.text, local.text);
+    assert_eq!(got.usage, local.usage);
+    assert_eq!(got.usage.completion_tokens, 24, "an untrained model runs to the budget");
+    assert_eq!(got.finish_reason, "length");
+
+    // Streaming: the deltas add up to the same text, then [DONE].
+    let body = json!({"model": "tiny", "messages": messages, "max_tokens": 24, "temperature": 0, "stream": true});
+    let reply = curl(&server, &["-X", "POST", "-H", JSON, "--data", &body.to_string(), &format!("{}/v1/chat/completions", server.base)]);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.headers.to_lowercase().contains("text/event-stream"), "{}", reply.headers);
+    let data: Vec<&str> = reply.body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(data.last(), Some(&"[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).expect("chunk")).collect();
+    let streamed: String =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(streamed, local.text);
+    assert_eq!(chunks.last().expect("chunks")["choices"][0]["finish_reason"], "length");
+
+    // Bad input: clear 400s, and the server goes on.
+    let url = format!("{}/v1/chat/completions", server.base);
+    for bad in ["{not json", r#"{"messages": []}"#, r#"{"messages": [{"role": "wizard", "content": "x"}]}"#] {
+        let reply = curl(&server, &["-X", "POST", "-H", JSON, "--data", bad, &url]);
+        assert_eq!(reply.status, 400, "{bad}: {}", reply.body);
+        let error: Value = serde_json::from_str(&reply.body).expect("JSON error");
+        assert!(error["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{error}");
+    }
+    let models = curl(&server, &[&format!("{}/v1/models", server.base)]);
+    assert!(models.body.contains("\"tiny\""), "{}", models.body);
+
+    // A whole episode over HTTP: the untrained policy cannot answer, but every turn is served.
+    let world = toolsmith_agent::env::World::generate(toolsmith_agent::env::WorldConfig::default());
+    let corpus = std::sync::Arc::new(toolsmith_agent::env::Corpus::new(&world.documents()).expect("corpus"));
+    let tools = std::sync::Arc::new(toolsmith_agent::tools::LocalTools::new().with_corpus(corpus));
+    let config = toolsmith_agent::AgentConfig {
+        mode: toolsmith_agent::Mode::React,
+        max_turns: 2,
+        generate: GenerateOptions { max_tokens: 16, ..GenerateOptions::default() },
+        ..toolsmith_agent::AgentConfig::default()
+    };
+    let agent = toolsmith_agent::Agent::new(std::sync::Arc::new(remote), tools, config);
+    let trajectory = runtime.block_on(agent.run(&world.tasks()[0].question));
+    assert_eq!(trajectory.finish, toolsmith_agent::Finish::Budget, "{:?}", trajectory.finish);
+    assert_eq!(trajectory.turns(), 2);
+    assert!(trajectory.steps.iter().all(|s| s.prompt_tokens > 0 && s.response_tokens == 16));
+}

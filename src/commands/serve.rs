@@ -1,7 +1,7 @@
 //! `toolsmith serve`: the tool graph over MCP (stdio and/or streamable HTTP) with a status API.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -9,6 +9,10 @@ use anyhow::{Context, Result, bail};
 use toolsmith_host::Limits;
 use toolsmith_host::daemon::http::{HttpOptions, HttpServer};
 use toolsmith_host::daemon::{Admission, Daemon, ServeOptions, mcp};
+
+use toolsmith_agent::backend::LocalBackend;
+use toolsmith_agent::serve::chat_router;
+use toolsmith_policy::{LoadOptions, Policy};
 
 use super::Env;
 
@@ -52,6 +56,13 @@ pub struct ServeArgs {
     /// Seconds shutdown waits for running calls.
     #[arg(long, default_value_t = 30)]
     pub drain_secs: u64,
+    /// Also serve this policy (a checkpoint directory, or `tiny`) as an OpenAI-compatible
+    /// endpoint: POST /v1/chat/completions (streaming included) and GET /v1/models.
+    #[arg(long, value_name = "DIR")]
+    pub policy: Option<String>,
+    /// The model name the endpoint reports [default: the directory's name].
+    #[arg(long)]
+    pub model_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -84,6 +95,23 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
         },
         ..defaults
     };
+    let chat = match &args.policy {
+        Some(p) => {
+            let policy = if p == "tiny" {
+                Policy::tiny(0, LoadOptions::default())?
+            } else {
+                let bar = super::tools::spinner(&format!("loading {p}"));
+                let policy = Policy::load(Path::new(p), LoadOptions::default());
+                bar.finish_and_clear();
+                policy.with_context(|| format!("cannot load the policy in {p}"))?
+            };
+            let name = args.model_name.clone().unwrap_or_else(|| {
+                Path::new(p).file_name().map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned())
+            });
+            Some(chat_router(LocalBackend::new(policy, p), name))
+        }
+        None => None,
+    };
     let daemon = Daemon::new(registry, toolbox, options)?;
     let token = read_token(&args)?;
     let http = match (args.stdio, args.http) {
@@ -103,12 +131,17 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
                     allowed_origins: args.allow_origins,
                     max_body_bytes: args.max_request_kb.saturating_mul(1024),
                     drain_timeout: drain,
+                    extra_routes: chat,
                     ..HttpOptions::new(addr)
                 };
+                let with_chat = options.extra_routes.is_some();
                 let server = HttpServer::bind(daemon.clone(), options).await?;
                 let local = server.local_addr()?;
                 // Scripts (and the tests) read this line to find the port.
                 eprintln!("toolsmith serve: MCP on http://{local}/mcp, status on http://{local}/status");
+                if with_chat {
+                    eprintln!("toolsmith serve: chat completions on http://{local}/v1/chat/completions");
+                }
                 Some(tokio::spawn(server.serve(shutdown_signal())))
             }
             None => None,
