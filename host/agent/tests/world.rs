@@ -67,3 +67,56 @@ async fn memory_keeps_peak_tokens_flat_as_objectives_grow() {
     assert!(growth(&m) < 1.6, "mem's peak stays nearly flat: {m:?}");
     assert!(m[&10] < r[&10] / 2.0);
 }
+
+fn examples() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/world")
+}
+
+#[test]
+fn the_shipped_world_is_what_the_generator_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    toolsmith_agent::env::write_world(&World::generate(WorldConfig::default()), dir.path()).expect("write");
+    for file in ["corpus.jsonl", "tasks.jsonl", "world.json"] {
+        let shipped = std::fs::read_to_string(examples().join(file)).expect("shipped file");
+        let fresh = std::fs::read_to_string(dir.path().join(file)).expect("fresh file");
+        assert!(shipped == fresh, "examples/world/{file} is stale: run `toolsmith world generate --out examples/world`");
+    }
+    let tasks = toolsmith_agent::env::load_tasks(&examples().join("tasks.jsonl")).expect("tasks load");
+    assert_eq!(tasks, World::generate(WorldConfig::default()).tasks());
+    let corpus = Corpus::load_jsonl(&examples().join("corpus.jsonl")).expect("corpus loads");
+    let hits = corpus.search(&tasks[0].solution.as_ref().expect("solution").steps[0].query, 3).expect("search");
+    assert_eq!(hits.len(), 3);
+}
+
+#[test]
+fn users_task_sets_and_corpora_load_and_bad_lines_are_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(
+        &tasks,
+        "{\"question\": \"Who wrote Hamlet?\", \"golden_answers\": [\"Shakespeare\", \"William Shakespeare\"]}\n\n{\"question\": \"2+2?\", \"answer\": \"4\"}\n",
+    )
+    .expect("write");
+    let loaded = toolsmith_agent::env::load_tasks(&tasks).expect("loads");
+    assert_eq!(loaded.len(), 2);
+    assert_eq!(loaded[0].family, Family::Custom);
+    assert_eq!(loaded[1].golden_answers, vec!["4"]);
+    assert_eq!(loaded[1].id, "task-0003");
+    for (content, needle) in [
+        ("{\"question\": \"q\"}\n", "golden_answers"),
+        ("{\"question\": \"q\", \"golden_answers\": []}\n", "empty"),
+        ("not json\n", "tasks.jsonl:1"),
+        ("{\"question\": \"q\", \"golden_answers\": [\"a\"]}\n{oops\n", "tasks.jsonl:2"),
+    ] {
+        std::fs::write(&tasks, content).expect("write");
+        let err = toolsmith_agent::env::load_tasks(&tasks).expect_err("refused").to_string();
+        assert!(err.contains(needle), "{content:?}: {err}");
+    }
+    let corpus = dir.path().join("corpus.jsonl");
+    std::fs::write(&corpus, "{\"title\": \"Hamlet\", \"contents\": \"Hamlet is a tragedy by Shakespeare.\"}\n{\"title\": \"Ulysses\", \"text\": \"A novel by Joyce.\"}\n").expect("write");
+    let c = Corpus::load_jsonl(&corpus).expect("loads");
+    assert_eq!(c.search("tragedy Shakespeare", 3).expect("search")[0].title, "Hamlet");
+    std::fs::write(&corpus, "{\"title\": \"no text\"}\n").expect("write");
+    let err = Corpus::load_jsonl(&corpus).expect_err("refused").to_string();
+    assert!(err.contains("corpus.jsonl:1") && err.contains("text"), "{err}");
+}

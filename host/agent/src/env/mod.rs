@@ -79,6 +79,12 @@ pub fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> Result<(), 
             .map_err(|e| EnvError::Line { path: path.to_path_buf(), line: 0, message: e.to_string() })?;
         writeln!(tmp, "{line}").map_err(io)?;
     }
+    // Temporary files are private; these are data files to share.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(io)?;
+    }
     tmp.persist(path).map_err(|e| io(e.error))?;
     Ok(())
 }

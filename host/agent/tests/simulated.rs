@@ -1,0 +1,41 @@
+//! Simulated tools (MTR): an interface-only tool answered by the ToolActor over an untrained tiny
+//! policy; every observation validates, and bad arguments never reach the model.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use toolsmith_agent::simulate::{ToolActor, admit};
+use toolsmith_agent::tools::{Executor, LocalTools, Verdict};
+use toolsmith_policy::{LoadOptions, Policy, SamplingParams};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulated_tools_answer_with_valid_observations() {
+    toolsmith_policy::set_threads(1);
+    let policy = Arc::new(Mutex::new(Policy::tiny(3, LoadOptions::default()).expect("tiny")));
+    let params = SamplingParams { max_new_tokens: 32, temperature: 1.0, seed: 5, ..SamplingParams::default() };
+    let actor = Arc::new(ToolActor::new(policy, params).expect("actor"));
+    let tools = LocalTools::new().with_simulator(actor);
+    let manifest = admit(
+        r#"{"name": "flight_status", "description": "Status of a flight.",
+            "input_schema": {"type": "object", "properties": {"flight": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{3}$"}}, "required": ["flight"]},
+            "output_schema": {"type": "object", "properties": {
+                "status": {"enum": ["on_time", "delayed", "cancelled"]},
+                "delay_min": {"type": "integer", "minimum": 0, "maximum": 600},
+                "gate": {"type": "string", "pattern": "^[A-F][0-9]{1,2}$"}
+            }, "required": ["status", "gate"]}}"#,
+    )
+    .expect("admitted");
+    tools.add_simulated(manifest).expect("schemas compile");
+    assert!(tools.manifests().iter().any(|m| m.name.as_str() == "flight_status"));
+    for i in 0..20 {
+        let args = json!({"flight": format!("LH{:03}", 100 + i)});
+        let out = tools.call("flight_status", &args).await.value.expect("a valid observation");
+        assert!(["on_time", "delayed", "cancelled"].contains(&out["status"].as_str().expect("status")), "{out}");
+        let gate = out["gate"].as_str().expect("gate");
+        assert!(gate.starts_with(|c: char| ('A'..='F').contains(&c)) && gate.len() <= 3, "{out}");
+    }
+    let bad = tools.call("flight_status", &json!({"flight": "nope"})).await;
+    assert_eq!(Verdict::of(&bad.value), Verdict::InvalidArgs);
+    let missing = tools.call("flight_statu", &json!({})).await;
+    assert_eq!(Verdict::of(&missing.value), Verdict::NotFound);
+}
