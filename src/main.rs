@@ -79,7 +79,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(&env, args),
         Command::Eval(args) => commands::agent::eval(&env, args),
         Command::Run(args) => commands::agent::run(&env, args),
-        Command::World(cmd) => commands::agent::world(cmd),
+        Command::World(cmd) => commands::agent::world(&env, cmd),
         Command::Tools(cmd) => commands::tools::run(&env, cmd),
         Command::Schema { which } => commands::print_schema(which),
     };

@@ -30,6 +30,23 @@ pub enum WorldCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Write the oracle's traces for every task in each style as JSON lines of chat messages
+    /// (supervised data: system, question, assistant turns and observations).
+    Traces {
+        #[command(flatten)]
+        world: WorldArgs,
+        /// Styles to write (repeatable): react, gap, mem, searl [default: all].
+        #[arg(long = "style")]
+        styles: Vec<String>,
+        #[arg(long)]
+        out: PathBuf,
+        /// Also write the assistant turns as plain-text paragraphs (for tokenizer training),
+        /// the first N tasks of each family per style.
+        #[arg(long, value_name = "FILE")]
+        text: Option<PathBuf>,
+        #[arg(long, default_value_t = 2)]
+        text_per_family: usize,
+    },
 }
 
 /// The bundled world's size (used when no --tasks file is given).
@@ -132,8 +149,11 @@ pub struct RunArgs {
     pub json: bool,
 }
 
-pub fn world(cmd: WorldCommand) -> Result<ExitCode> {
+pub fn world(env: &Env, cmd: WorldCommand) -> Result<ExitCode> {
     match cmd {
+        WorldCommand::Traces { world, styles, out, text, text_per_family } => {
+            traces(env, &world, &styles, &out, text.as_deref(), text_per_family)
+        }
         WorldCommand::Generate { world, out } => {
             let w = World::generate(world.config());
             env::write_world(&w, &out).with_context(|| format!("cannot write the world to {}", out.display()))?;
@@ -146,6 +166,57 @@ pub fn world(cmd: WorldCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn traces(
+    env: &Env,
+    world: &WorldArgs,
+    styles: &[String],
+    out: &Path,
+    text: Option<&Path>,
+    per_family: usize,
+) -> Result<ExitCode> {
+    let styles: Vec<Mode> = if styles.is_empty() {
+        Mode::ALL.to_vec()
+    } else {
+        styles.iter().map(|s| Mode::parse(s).with_context(|| format!("unknown style `{s}`"))).collect::<Result<_>>()?
+    };
+    let w = World::generate(world.config());
+    let tasks = w.tasks();
+    let corpus = Arc::new(Corpus::new(&w.documents())?);
+    let toolbox = toolsmith_host::Toolbox::new(env.sandbox()?);
+    match env.python_runtime(toolbox.sandbox()) {
+        Ok(runtime) => toolbox.set_python(runtime),
+        Err(e) => tracing::warn!("SEARL traces will show failed tool creation: {e:#}"),
+    }
+    let tools = Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, Limits::default()));
+    let oracle = Oracle::new(&tasks, Mode::Gap, tiny_tokenizer()?);
+    let bar = ProgressBar::new((tasks.len() * styles.len()) as u64)
+        .with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} traces").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
+    let examples = runtime.block_on(toolsmith_agent::oracle::synthesize(&oracle, tools, &tasks, &styles, || bar.inc(1)));
+    bar.finish_and_clear();
+    let wrong = examples.iter().filter(|e| !e.correct).count();
+    if wrong > 0 {
+        bail!("{wrong} oracle traces are wrong: the world and its solutions disagree");
+    }
+    env::write_jsonl(out, &examples)?;
+    println!("wrote {} traces ({} styles) to {}", examples.len(), styles.len(), out.display());
+    if let Some(path) = text {
+        let mut paragraphs = Vec::new();
+        let mut taken: std::collections::HashMap<(Mode, toolsmith_agent::env::Family), usize> = Default::default();
+        for e in &examples {
+            let n = taken.entry((e.style, e.family)).or_default();
+            if *n >= per_family {
+                continue;
+            }
+            *n += 1;
+            paragraphs.extend(e.messages.iter().skip(1).map(|m| m.content.trim().to_string()));
+        }
+        std::fs::write(path, paragraphs.join("\n\n") + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+        println!("wrote {} paragraphs to {}", paragraphs.len(), path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn tiny_tokenizer() -> Result<Arc<Tokenizer>> {

@@ -197,3 +197,44 @@ impl Backend for Oracle {
         })
     }
 }
+
+/// One synthesised supervised example.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SftExample {
+    /// The task.
+    pub id: String,
+    /// Its family.
+    pub family: crate::env::Family,
+    /// The style (mode) it is written in.
+    pub style: Mode,
+    /// The conversation: system, question, then assistant turns and observations.
+    pub messages: Vec<Message>,
+    /// The final answer.
+    pub answer: Option<String>,
+    /// Whether it matches a golden answer.
+    pub correct: bool,
+}
+
+/// Runs the oracle in each style on every task and returns the traces as chat conversations:
+/// the supervised data the policy's first training stage learns from.
+pub async fn synthesize(
+    oracle: &Oracle,
+    tools: std::sync::Arc<dyn crate::tools::Executor>,
+    tasks: &[Task],
+    styles: &[Mode],
+    mut on_done: impl FnMut(),
+) -> Vec<SftExample> {
+    let mut out = Vec::new();
+    for &style in styles {
+        let config = crate::runner::AgentConfig { mode: style, max_turns: 24, ..Default::default() };
+        let agent = crate::runner::Agent::new(Arc::new(oracle.with_style(style)), tools.clone(), config);
+        for task in tasks.iter().filter(|t| t.solution.is_some()) {
+            let t = agent.run(&task.question).await;
+            let answer = t.answer.clone();
+            let correct = crate::env::metrics::exact_match(answer.as_deref().unwrap_or(""), &task.golden_answers) > 0.0;
+            out.push(SftExample { id: task.id.clone(), family: task.family, style, messages: t.messages(), answer, correct });
+            on_done();
+        }
+    }
+    out
+}

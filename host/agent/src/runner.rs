@@ -171,6 +171,8 @@ pub struct Trajectory {
     pub finish: Finish,
     /// Tools listed in the prompt (retrieved ones included).
     pub tools: Vec<String>,
+    /// The last system prompt.
+    pub system: String,
     /// Milliseconds from start to finish.
     pub wall_ms: f64,
 }
@@ -194,6 +196,17 @@ impl Trajectory {
     /// Tokens the model wrote.
     pub fn response_tokens(&self) -> usize {
         self.steps.iter().map(|s| s.response_tokens).sum()
+    }
+
+    /// The whole episode as chat messages (system, question, then each turn and its
+    /// observation): supervised data, with the observations to be masked from the loss.
+    pub fn messages(&self) -> Vec<Message> {
+        let mut m = context(ContextPolicy::Full, &self.system, &self.question, &self.steps);
+        // The last observation follows the answer and teaches nothing.
+        if self.finish == Finish::Answered {
+            m.pop();
+        }
+        m
     }
 
     /// Every call, in order.
@@ -334,8 +347,9 @@ impl Agent {
         let mut level = 0;
         let mut answer = None;
         let mut finish = Finish::Budget;
+        let mut system = String::new();
         for _ in 0..self.config.max_turns {
-            let system = system_prompt(mode, &listed);
+            system = system_prompt(mode, &listed);
             let messages = context(mode.context(), &system, question, &steps);
             let model_started = Instant::now();
             let completion = match self.backend.complete(&messages, &self.config.generate).await {
@@ -410,6 +424,7 @@ impl Agent {
             answer,
             finish,
             tools: listed.iter().map(|m| m.name.as_str().to_string()).collect(),
+            system,
             wall_ms: started.elapsed().as_secs_f64() * 1e3,
         }
     }

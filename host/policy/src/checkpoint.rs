@@ -16,7 +16,7 @@ use crate::tokenizer::{Tokenizer, tiny_tokenizer_config};
 
 /// The tiny default configuration (Qwen2-style, about 4 M parameters).
 pub const TINY_CONFIG: &str = include_str!("../assets/tiny-config.json");
-/// The tiny model's byte-level BPE (2,884 ids, trace tags as single tokens), trained on
+/// The tiny model's byte-level BPE (3,377 ids, trace tags as single tokens), trained on
 /// `assets/tokenizer-corpus.txt` by `toolsmith policy train-tokenizer`.
 pub const TINY_TOKENIZER: &str = include_str!("../assets/tiny-tokenizer.json");
 

@@ -71,8 +71,8 @@ impl Entity {
         let f = |k: &str| self.text(k);
         let text = match self.kind {
             EntityKind::Person => format!(
-                "{n} is a {} born in the city of {} in {}. {n} works for {}.",
-                f("occupation"),
+                "{n} is {} born in the city of {} in {}. {n} works for {}.",
+                with_article(&f("occupation")),
                 f("born_in"),
                 f("birth_year"),
                 f("works_for")
@@ -87,8 +87,8 @@ impl Entity {
                 format!("{n} is a country whose capital is {}. Its currency is the {}.", f("capital"), f("currency"))
             }
             EntityKind::Company => format!(
-                "{n} is a {} company headquartered in {}. It was founded in {} by {}.",
-                f("industry"),
+                "{n} is {} company headquartered in {}. It was founded in {} by {}.",
+                with_article(&f("industry")),
                 f("headquarters"),
                 f("founded"),
                 f("founder")
@@ -569,6 +569,11 @@ impl World {
         let answer = values.iter().sum::<i64>().to_string();
         task(Family::Numeric, question, answer, steps, Some(compute))
     }
+}
+
+fn with_article(word: &str) -> String {
+    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {word}")
 }
 
 fn task(family: Family, question: String, answer: String, steps: Vec<Step>, compute: Option<Compute>) -> Task {
