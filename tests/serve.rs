@@ -487,14 +487,16 @@ fn the_policy_endpoint_is_a_real_peer_for_the_openai_backend() {
 
     // Streaming: the deltas add up to the same text, then [DONE].
     let body = json!({"model": "tiny", "messages": messages, "max_tokens": 24, "temperature": 0, "stream": true});
-    let reply = curl(&server, &["-X", "POST", "-H", JSON, "--data", &body.to_string(), &format!("{}/v1/chat/completions", server.base)]);
+    let reply = curl(
+        &server,
+        &["-X", "POST", "-H", JSON, "--data", &body.to_string(), &format!("{}/v1/chat/completions", server.base)],
+    );
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert!(reply.headers.to_lowercase().contains("text/event-stream"), "{}", reply.headers);
     let data: Vec<&str> = reply.body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
     assert_eq!(data.last(), Some(&"[DONE]"));
     let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).expect("chunk")).collect();
-    let streamed: String =
-        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    let streamed: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(streamed, local.text);
     assert_eq!(chunks.last().expect("chunks")["choices"][0]["finish_reason"], "length");
 

@@ -157,12 +157,7 @@ pub fn world(env: &Env, cmd: WorldCommand) -> Result<ExitCode> {
         WorldCommand::Generate { world, out } => {
             let w = World::generate(world.config());
             env::write_world(&w, &out).with_context(|| format!("cannot write the world to {}", out.display()))?;
-            println!(
-                "wrote {} documents and {} tasks to {}",
-                w.documents().len(),
-                w.tasks().len(),
-                out.display()
-            );
+            println!("wrote {} documents and {} tasks to {}", w.documents().len(), w.tasks().len(), out.display());
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -191,10 +186,12 @@ fn traces(
     }
     let tools = Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, Limits::default()));
     let oracle = Oracle::new(&tasks, Mode::Gap, tiny_tokenizer()?);
-    let bar = ProgressBar::new((tasks.len() * styles.len()) as u64)
-        .with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} traces").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let bar = ProgressBar::new((tasks.len() * styles.len()) as u64).with_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} traces").unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
-    let examples = runtime.block_on(toolsmith_agent::oracle::synthesize(&oracle, tools, &tasks, &styles, || bar.inc(1)));
+    let examples =
+        runtime.block_on(toolsmith_agent::oracle::synthesize(&oracle, tools, &tasks, &styles, || bar.inc(1)));
     bar.finish_and_clear();
     let wrong = examples.iter().filter(|e| !e.correct).count();
     if wrong > 0 {
@@ -213,7 +210,8 @@ fn traces(
             *n += 1;
             paragraphs.extend(e.messages.iter().skip(1).map(|m| m.content.trim().to_string()));
         }
-        std::fs::write(path, paragraphs.join("\n\n") + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(path, paragraphs.join("\n\n") + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
         println!("wrote {} paragraphs to {}", paragraphs.len(), path.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -253,12 +251,18 @@ fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task]) -> Result<Arc<dyn Back
         let bar = super::tools::spinner(&format!("loading {p}"));
         let policy = Policy::load(Path::new(p), LoadOptions::default());
         bar.finish_and_clear();
-        policy.with_context(|| format!("cannot load the policy in {p} (expected oracle, tiny, a directory or a URL)"))?
+        policy
+            .with_context(|| format!("cannot load the policy in {p} (expected oracle, tiny, a directory or a URL)"))?
     };
     Ok(Arc::new(LocalBackend::new(policy, p)))
 }
 
-fn agent(env: &Env, args: &PolicyArgs, tasks: &[Task], corpus: Arc<Corpus>) -> Result<(Agent, Option<Arc<Mutex<toolsmith_registry::Registry>>>)> {
+fn agent(
+    env: &Env,
+    args: &PolicyArgs,
+    tasks: &[Task],
+    corpus: Arc<Corpus>,
+) -> Result<(Agent, Option<Arc<Mutex<toolsmith_registry::Registry>>>)> {
     let Some(mode) = Mode::parse(&args.mode) else {
         bail!("unknown mode `{}`: use react, gap, mem or searl", args.mode);
     };
@@ -272,7 +276,11 @@ fn agent(env: &Env, args: &PolicyArgs, tasks: &[Task], corpus: Arc<Corpus>) -> R
     let config = AgentConfig {
         mode,
         max_turns: args.max_turns,
-        generate: GenerateOptions { max_tokens: args.max_tokens, temperature: args.temperature, ..GenerateOptions::default() },
+        generate: GenerateOptions {
+            max_tokens: args.max_tokens,
+            temperature: args.temperature,
+            ..GenerateOptions::default()
+        },
         scheduler: Scheduler { concurrency: args.concurrency, timeout: Duration::from_millis(args.timeout_ms + 1000) },
         ..AgentConfig::default()
     };
@@ -379,7 +387,13 @@ pub fn print_trace(t: &Trajectory) {
     println!("question: {}", t.question);
     println!("mode {} · backend {} · tools: {}", t.mode, t.backend, t.tools.join(", "));
     for (i, step) in t.steps.iter().enumerate() {
-        println!("\n── turn {} · {} prompt + {} response tokens · {:.0} ms", i + 1, step.prompt_tokens, step.response_tokens, step.model_ms);
+        println!(
+            "\n── turn {} · {} prompt + {} response tokens · {:.0} ms",
+            i + 1,
+            step.prompt_tokens,
+            step.response_tokens,
+            step.model_ms
+        );
         for line in step.text.lines() {
             println!("   {line}");
         }

@@ -79,6 +79,7 @@ pub fn run(env: &Env) -> Result<ExitCode> {
     registry_section(env)?;
     serve_section(env)?;
     policy_section(env)?;
+    agent_section(env)?;
 
     if failures > 0 {
         println!("\n{failures} example(s) did not reproduce");
@@ -334,4 +335,121 @@ fn policy_section(env: &Env) -> Result<()> {
     println!("  one SFT step      -> log p(completion | prompt) {before:.2} -> {after:.2}");
     println!("  try it: toolsmith policy generate {} --prompt 'hello' --temperature 0.8", dir.display());
     Ok(())
+}
+
+fn agent_section(env: &Env) -> Result<()> {
+    use std::sync::{Arc, Mutex};
+
+    use toolsmith_agent::backend::{Backend, GenerateOptions, LocalBackend, Message, OpenAiBackend};
+    use toolsmith_agent::env::{Corpus, Family, World, WorldConfig};
+    use toolsmith_agent::eval::{evaluate, peak_by_objectives};
+    use toolsmith_agent::simulate::{ToolActor, admit};
+    use toolsmith_agent::tools::{Executor, LocalTools};
+    use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle};
+    use toolsmith_policy::{LoadOptions, Policy, SamplingParams, Tokenizer};
+
+    println!("\nthe agent on the bundled offline world (oracle traces; CPU, no trained model needed):");
+    let world = World::generate(WorldConfig::default());
+    let tasks = world.tasks();
+    let corpus = Arc::new(Corpus::new(&world.documents())?);
+    println!(
+        "  world             -> {} entities as {} documents, BM25 top-3 search; {} tasks in {} families",
+        world.entities.len(),
+        corpus.len(),
+        tasks.len(),
+        Family::GENERATED.len()
+    );
+    let toolbox = env.toolbox()?;
+    if let Ok(runtime) = env.python_runtime(toolbox.sandbox()) {
+        toolbox.set_python(runtime);
+    }
+    let tools: Arc<dyn Executor> = Arc::new(
+        LocalTools::new().with_corpus(corpus.clone()).with_toolbox(toolbox, toolsmith_host::Limits::default()),
+    );
+    let config = toolsmith_policy::tokenizer::tiny_tokenizer_config();
+    let tokenizer = Arc::new(Tokenizer::from_bytes(toolsmith_policy::TINY_TOKENIZER.as_bytes(), Some(&config))?);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut reports = std::collections::BTreeMap::new();
+    for mode in Mode::ALL {
+        let oracle = Arc::new(Oracle::new(&tasks, mode, tokenizer.clone()));
+        let agent = Agent::new(oracle, tools.clone(), AgentConfig { mode, max_turns: 16, ..AgentConfig::default() });
+        reports.insert(mode, runtime.block_on(evaluate(&agent, &tasks, 4, |_| {})));
+    }
+    println!(
+        "  {:<22} {:>8} {:>8} {:>8} {:>8}   (mean turns; EM in brackets)",
+        "family", "react", "gap", "mem", "searl"
+    );
+    for family in Family::GENERATED {
+        let cell = |m: Mode| {
+            reports[&m].families.get(&family).map_or("-".to_string(), |s| format!("{:.2} [{:.0}]", s.turns, s.em))
+        };
+        println!(
+            "  {:<22} {:>8} {:>8} {:>8} {:>8}",
+            family.name(),
+            cell(Mode::React),
+            cell(Mode::Gap),
+            cell(Mode::Mem),
+            cell(Mode::Searl)
+        );
+    }
+    let (react, mem) = (peak_by_objectives(&reports[&Mode::React]), peak_by_objectives(&reports[&Mode::Mem]));
+    let row = |t: &std::collections::BTreeMap<usize, f64>| {
+        [2, 4, 6, 8, 10].iter().filter_map(|k| t.get(k).map(|v| format!("{v:>6.0}"))).collect::<Vec<_>>().join("")
+    };
+    println!("  peak tokens/step, objectives 2 4 6 8 10:  react {}  ·  mem {}", row(&react), row(&mem));
+    let created: usize = reports[&Mode::Searl].results.iter().map(|r| r.trajectory.created_tools().len()).sum();
+    println!("  searl             -> {created} Python tools created and run for the numeric tasks (candidates)");
+    println!(
+        "  try it: toolsmith run \"{}\" --mode gap",
+        tasks.iter().find(|t| t.family == Family::MultiHopParallel).map_or("", |t| t.question.as_str())
+    );
+
+    // Simulated tools: observations from an untrained policy, constrained to the output schema.
+    toolsmith_policy::set_threads(1);
+    let policy = Policy::tiny(0, LoadOptions::default())?;
+    let shared = Arc::new(Mutex::new(policy));
+    let params = SamplingParams { max_new_tokens: 32, temperature: 1.0, seed: 2, ..SamplingParams::default() };
+    let actor = Arc::new(ToolActor::new(shared.clone(), params)?);
+    let simulated = LocalTools::new().with_simulator(actor);
+    let manifest = admit(
+        r#"{"name": "flight_status", "description": "Status of a flight by its number.",
+            "input_schema": {"type": "object", "properties": {"flight": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{3}$"}}, "required": ["flight"]},
+            "output_schema": {"type": "object", "properties": {"status": {"enum": ["on_time", "delayed", "cancelled"]},
+                "gate": {"type": "string", "pattern": "^[A-F][0-9]{1,2}$"}, "delay_min": {"type": "integer", "minimum": 0, "maximum": 600}},
+                "required": ["status", "gate"]}}"#,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    simulated.add_simulated(manifest).map_err(|e| anyhow::anyhow!("{}", e.to_envelope()))?;
+    for flight in ["LH123", "BA456"] {
+        let out = runtime.block_on(simulated.call("flight_status", &serde_json::json!({"flight": flight})));
+        match out.value {
+            Ok(v) => println!("  simulated tool    -> flight_status({flight}) = {v} (validates)"),
+            Err(e) => println!("  simulated tool    -> {}", e.to_envelope()),
+        }
+    }
+
+    // The same policy as an OpenAI-compatible endpoint, called by the HTTP backend.
+    let local = LocalBackend::new(Policy::tiny(0, LoadOptions::default())?, "tiny");
+    let reply = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let app = toolsmith_agent::serve::chat_router(local, "tiny");
+        tokio::spawn(async move { axum_serve(listener, app).await });
+        let remote = OpenAiBackend::new(format!("http://{addr}/v1"), "tiny", None);
+        let options = GenerateOptions { max_tokens: 12, ..GenerateOptions::default() };
+        let messages = [Message::user("Where was Ada Lovelace born?")];
+        anyhow::Ok((addr, remote.complete(&messages, &options).await?))
+    })?;
+    println!(
+        "  chat completions  -> POST http://{}/v1/chat/completions: {} prompt + {} completion tokens, finish {}",
+        reply.0, reply.1.usage.prompt_tokens, reply.1.usage.completion_tokens, reply.1.finish_reason
+    );
+    println!("  serve it: toolsmith serve --http 127.0.0.1:8750 --policy DIR; evaluate: toolsmith eval --mode gap");
+    Ok(())
+}
+
+async fn axum_serve(listener: tokio::net::TcpListener, app: axum::Router) {
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::warn!("the quickstart's chat endpoint stopped: {e}");
+    }
 }

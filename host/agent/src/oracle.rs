@@ -12,7 +12,9 @@ use std::sync::Arc;
 use serde_json::json;
 use toolsmith_policy::Tokenizer;
 
-use crate::backend::{Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Role, Usage, render_chat};
+use crate::backend::{
+    Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Role, Usage, render_chat,
+};
 use crate::env::world::{Solution, Step, Task};
 use crate::plan::{self, Plan};
 use crate::runner::Mode;
@@ -56,11 +58,7 @@ impl Oracle {
         let task = self.tasks.get(question).ok_or_else(|| BackendError::UnknownTask(clip(question)))?;
         let turns = self.turns(task);
         let assistant: Vec<&Message> = messages.iter().filter(|m| m.role == Role::Assistant).collect();
-        let done = assistant
-            .last()
-            .and_then(|m| progress(&m.content))
-            .map(|p| p + 1)
-            .unwrap_or(assistant.len());
+        let done = assistant.last().and_then(|m| progress(&m.content)).map(|p| p + 1).unwrap_or(assistant.len());
         Ok(turns.get(done).or(turns.last()).cloned().unwrap_or_default())
     }
 }
@@ -113,7 +111,10 @@ fn searl_plan(plan: &Plan) -> String {
 fn answer_turn(task: &Task, solution: &Solution, known: &[&Step], style: Mode) -> String {
     if style == Mode::Mem {
         // The memory already holds every result; restating them would grow the turn.
-        return format!("<think>Everything needed is in memory.</think>\n<answer>\\boxed{{{}}}</answer>", task.golden_answers[0]);
+        return format!(
+            "<think>Everything needed is in memory.</think>\n<answer>\\boxed{{{}}}</answer>",
+            task.golden_answers[0]
+        );
     }
     let facts: Vec<&str> = known.iter().map(|s| s.finding.as_str()).collect();
     let reason = match &solution.compute {
@@ -232,7 +233,14 @@ pub async fn synthesize(
             let t = agent.run(&task.question).await;
             let answer = t.answer.clone();
             let correct = crate::env::metrics::exact_match(answer.as_deref().unwrap_or(""), &task.golden_answers) > 0.0;
-            out.push(SftExample { id: task.id.clone(), family: task.family, style, messages: t.messages(), answer, correct });
+            out.push(SftExample {
+                id: task.id.clone(),
+                family: task.family,
+                style,
+                messages: t.messages(),
+                answer,
+                correct,
+            });
             on_done();
         }
     }

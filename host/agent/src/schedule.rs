@@ -64,7 +64,12 @@ impl Default for Scheduler {
 
 impl Scheduler {
     /// Runs independent calls concurrently; records come back in the calls' order.
-    pub async fn run_level(&self, tools: &Arc<dyn Executor>, calls: Vec<(String, Value)>, level: usize) -> Vec<CallRecord> {
+    pub async fn run_level(
+        &self,
+        tools: &Arc<dyn Executor>,
+        calls: Vec<(String, Value)>,
+        level: usize,
+    ) -> Vec<CallRecord> {
         let semaphore = Arc::new(Semaphore::new(self.concurrency.max(1)));
         let level_start = Instant::now();
         let futures = calls.into_iter().map(|(name, arguments)| {
@@ -122,11 +127,8 @@ impl Scheduler {
             let calls = tasks
                 .iter()
                 .map(|t| {
-                    let inputs: HashMap<String, Value> = t
-                        .depends_on
-                        .iter()
-                        .filter_map(|d| results.get(d).map(|v| (d.clone(), v.clone())))
-                        .collect();
+                    let inputs: HashMap<String, Value> =
+                        t.depends_on.iter().filter_map(|d| results.get(d).map(|v| (d.clone(), v.clone()))).collect();
                     bind(t, &inputs)
                 })
                 .collect();

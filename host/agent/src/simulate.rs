@@ -24,6 +24,8 @@ pub struct ToolActor {
     table: Arc<TokenTable>,
     grammars: Arc<Mutex<HashMap<String, Arc<JsonSchemaGrammar>>>>,
     params: SamplingParams,
+    /// Calls so far: each call samples with its own seed, so observations vary.
+    calls: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl ToolActor {
@@ -33,7 +35,7 @@ impl ToolActor {
             let p = policy.lock().unwrap_or_else(|e| e.into_inner());
             Arc::new(TokenTable::new(p.tokenizer())?)
         };
-        Ok(ToolActor { policy, table, grammars: Arc::default(), params })
+        Ok(ToolActor { policy, table, grammars: Arc::default(), params, calls: Arc::default() })
     }
 
     fn grammar(&self, manifest: &Manifest) -> Result<Arc<JsonSchemaGrammar>, StructuredError> {
@@ -58,7 +60,10 @@ impl ToolActor {
                 manifest.name.as_str(),
                 manifest.description
             )),
-            Message::user(format!("<tool_call>{}</tool_call>", json!({"name": manifest.name.as_str(), "arguments": args}))),
+            Message::user(format!(
+                "<tool_call>{}</tool_call>",
+                json!({"name": manifest.name.as_str(), "arguments": args})
+            )),
         ]
     }
 
@@ -69,22 +74,28 @@ impl ToolActor {
         let policy = self.policy.lock().unwrap_or_else(|e| e.into_inner());
         let tool_error = |e: String| StructuredError::new(ErrorKind::ToolError, name, e);
         let prompt = prompt_ids(&policy, &Self::messages(manifest, args)).map_err(|e| tool_error(e.to_string()))?;
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let params = SamplingParams { seed: self.params.seed.wrapping_add(n), ..self.params.clone() };
         let outputs = policy
-            .generate_json(&[prompt], &[grammar.as_ref()], &self.table, &self.params)
+            .generate_json(&[prompt], &[grammar.as_ref()], &self.table, &params)
             .map_err(|e| tool_error(e.to_string()))?;
         outputs.into_iter().next().map(|o| o.value).ok_or_else(|| tool_error("no output".into()))
     }
 }
 
 impl Simulator for ToolActor {
-    fn simulate<'a>(&'a self, manifest: &'a Manifest, args: &'a Value) -> BoxFuture<'a, Result<Value, StructuredError>> {
+    fn simulate<'a>(
+        &'a self,
+        manifest: &'a Manifest,
+        args: &'a Value,
+    ) -> BoxFuture<'a, Result<Value, StructuredError>> {
         let this = self.clone();
         let manifest_owned = manifest.clone();
         let args = args.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || this.simulate_blocking(&manifest_owned, &args)).await.unwrap_or_else(
-                |e| Err(StructuredError::new(ErrorKind::Trap, manifest.name.as_str(), e.to_string())),
-            )
+            tokio::task::spawn_blocking(move || this.simulate_blocking(&manifest_owned, &args))
+                .await
+                .unwrap_or_else(|e| Err(StructuredError::new(ErrorKind::Trap, manifest.name.as_str(), e.to_string())))
         })
     }
 }
@@ -155,7 +166,8 @@ pub fn admit(text: &str) -> Result<Manifest, Rejected> {
         obj.entry("version").or_insert(json!("0.1.0"));
     }
     let manifest = Manifest::from_value(value).map_err(|e| Rejected::Manifest(e.to_string()))?;
-    ToolSchemas::compile(&manifest.input_schema, &manifest.output_schema).map_err(|e| Rejected::Schemas(e.to_string()))?;
+    ToolSchemas::compile(&manifest.input_schema, &manifest.output_schema)
+        .map_err(|e| Rejected::Schemas(e.to_string()))?;
     JsonSchemaGrammar::compile(&manifest.output_schema).map_err(|e| Rejected::Unsimulatable(e.to_string()))?;
     debug_assert_eq!(manifest.kind, ToolKind::Simulated);
     Ok(manifest)
@@ -167,10 +179,10 @@ fn first_json_object(text: &str) -> Option<Value> {
     while let Some(offset) = text[start..].find('{') {
         let from = start + offset;
         let mut stream = serde_json::Deserializer::from_str(&text[from..]).into_iter::<Value>();
-        if let Some(Ok(v)) = stream.next() {
-            if v.is_object() {
-                return Some(v);
-            }
+        if let Some(Ok(v)) = stream.next()
+            && v.is_object()
+        {
+            return Some(v);
         }
         start = from + 1;
     }
@@ -192,8 +204,23 @@ mod tests {
         assert_eq!(m.kind, ToolKind::Simulated);
         assert_eq!(m.name.as_str(), "flight_status");
         assert_eq!(admit("no json here"), Err(Rejected::NoJson));
-        assert!(matches!(admit(r#"{"name": "Bad Name", "description": "x", "input_schema": {"type": "object"}, "output_schema": {"type": "object"}}"#), Err(Rejected::Manifest(_))));
-        assert!(matches!(admit(r#"{"name": "t", "description": "x", "input_schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}, "output_schema": {"type": "object"}}"#), Err(Rejected::Schemas(_))));
-        assert!(matches!(admit(r#"{"name": "t", "description": "x", "input_schema": {"type": "object"}, "output_schema": {"type": "object", "required": ["x"]}}"#), Err(Rejected::Unsimulatable(_))));
+        assert!(matches!(
+            admit(
+                r#"{"name": "Bad Name", "description": "x", "input_schema": {"type": "object"}, "output_schema": {"type": "object"}}"#
+            ),
+            Err(Rejected::Manifest(_))
+        ));
+        assert!(matches!(
+            admit(
+                r#"{"name": "t", "description": "x", "input_schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}, "output_schema": {"type": "object"}}"#
+            ),
+            Err(Rejected::Schemas(_))
+        ));
+        assert!(matches!(
+            admit(
+                r#"{"name": "t", "description": "x", "input_schema": {"type": "object"}, "output_schema": {"type": "object", "required": ["x"]}}"#
+            ),
+            Err(Rejected::Unsimulatable(_))
+        ));
     }
 }

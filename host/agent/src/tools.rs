@@ -37,7 +37,8 @@ impl ToolResult {
 /// Answers calls to simulated tools (MTR's ToolActor).
 pub trait Simulator: Send + Sync + std::fmt::Debug {
     /// An observation for `args` that validates against `manifest.output_schema`.
-    fn simulate<'a>(&'a self, manifest: &'a Manifest, args: &'a Value) -> BoxFuture<'a, Result<Value, StructuredError>>;
+    fn simulate<'a>(&'a self, manifest: &'a Manifest, args: &'a Value)
+    -> BoxFuture<'a, Result<Value, StructuredError>>;
 }
 
 /// Runs tool calls.

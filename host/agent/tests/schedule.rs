@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
+use toolsmith_agent::Scheduler;
 use toolsmith_agent::backend::BoxFuture;
 use toolsmith_agent::plan::{Plan, Task};
 use toolsmith_agent::tools::{Executor, ToolResult, Verdict};
-use toolsmith_agent::Scheduler;
 use toolsmith_contract::Manifest;
 
 /// A tool that sleeps for `ms` milliseconds and logs when each call ran.

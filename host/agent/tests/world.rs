@@ -79,7 +79,10 @@ fn the_shipped_world_is_what_the_generator_writes() {
     for file in ["corpus.jsonl", "tasks.jsonl", "world.json"] {
         let shipped = std::fs::read_to_string(examples().join(file)).expect("shipped file");
         let fresh = std::fs::read_to_string(dir.path().join(file)).expect("fresh file");
-        assert!(shipped == fresh, "examples/world/{file} is stale: run `toolsmith world generate --out examples/world`");
+        assert!(
+            shipped == fresh,
+            "examples/world/{file} is stale: run `toolsmith world generate --out examples/world`"
+        );
     }
     let tasks = toolsmith_agent::env::load_tasks(&examples().join("tasks.jsonl")).expect("tasks load");
     assert_eq!(tasks, World::generate(WorldConfig::default()).tasks());

@@ -124,12 +124,12 @@ impl Pattern {
                 continue;
             }
             for b in STRING_BYTES {
-                if let Some(n) = self.next(s, b) {
-                    if seen.insert((n, need(l + 1)), ()).is_none() {
-                        let mut p = path.clone();
-                        p.push(b);
-                        queue.push_back((n, l + 1, p));
-                    }
+                if let Some(n) = self.next(s, b)
+                    && seen.insert((n, need(l + 1)), ()).is_none()
+                {
+                    let mut p = path.clone();
+                    p.push(b);
+                    queue.push_back((n, l + 1, p));
                 }
             }
         }
@@ -187,10 +187,10 @@ fn compile(schema: &Value, depth: usize) -> Result<Arc<Node>, PolicyError> {
             return Ok(Arc::new(Node::AnyOf(alts)));
         }
     }
-    if let Some(all) = obj.get("allOf").and_then(Value::as_array) {
-        if let [only] = all.as_slice() {
-            return compile(only, depth + 1);
-        }
+    if let Some(all) = obj.get("allOf").and_then(Value::as_array)
+        && let [only] = all.as_slice()
+    {
+        return compile(only, depth + 1);
     }
     match obj.get("type") {
         Some(Value::Array(types)) => {
@@ -220,8 +220,11 @@ fn usize_of(obj: &serde_json::Map<String, Value>, key: &str) -> Option<usize> {
 fn compile_type(t: &str, obj: &serde_json::Map<String, Value>, depth: usize) -> Result<Arc<Node>, PolicyError> {
     Ok(Arc::new(match t {
         "object" => {
-            let required: Vec<&str> =
-                obj.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+            let required: Vec<&str> = obj
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
             let mut props = Vec::new();
             if let Some(p) = obj.get("properties").and_then(Value::as_object) {
                 for (name, schema) in p {
@@ -233,7 +236,7 @@ fn compile_type(t: &str, obj: &serde_json::Map<String, Value>, depth: usize) -> 
                 }
             }
             for r in &required {
-                if !props.iter().any(|p| p.key == Value::String((*r).to_string()).to_string()) {
+                if !props.iter().any(|p| p.key == Value::String((*r).to_string())) {
                     return Err(unsupported(format!("required property `{r}` has no schema")));
                 }
             }
@@ -274,10 +277,10 @@ fn compile_type(t: &str, obj: &serde_json::Map<String, Value>, depth: usize) -> 
                 (Some((a, _)), Some((b, _))) => digits(a).max(digits(b)),
                 _ => DEFAULT_INT_DIGITS,
             };
-            if let (Some((a, _)), Some((b, _))) = (lo, hi) {
-                if a > b {
-                    return Err(unsupported(format!("minimum {a} > maximum {b}")));
-                }
+            if let (Some((a, _)), Some((b, _))) = (lo, hi)
+                && a > b
+            {
+                return Err(unsupported(format!("minimum {a} > maximum {b}")));
             }
             Node::Num(NumSpec { integer: t == "integer", lo, hi, int_digits })
         }
@@ -291,7 +294,9 @@ fn compile_type(t: &str, obj: &serde_json::Map<String, Value>, depth: usize) -> 
 enum ObjState {
     Open,
     /// After `{` or `,`; `comma` says a key must follow.
-    BeforeKey { comma: bool },
+    BeforeKey {
+        comma: bool,
+    },
     Colon(usize),
     AfterValue,
 }
@@ -396,10 +401,10 @@ impl NumSpec {
         if int.len() > 1 && int.starts_with('0') {
             return false;
         }
-        if let Some(f) = frac {
-            if self.integer || int.is_empty() || f.len() > FRACTION_DIGITS || !f.chars().all(|c| c.is_ascii_digit()) {
-                return false;
-            }
+        if let Some(f) = frac
+            && (self.integer || int.is_empty() || f.len() > FRACTION_DIGITS || !f.chars().all(|c| c.is_ascii_digit()))
+        {
+            return false;
         }
         let sign = if neg { -1.0 } else { 1.0 };
         let span = |a: f64, b: f64| if neg { self.in_range(-b, -a) } else { self.in_range(a, b) };
@@ -958,7 +963,13 @@ mod tests {
             "kind": {"enum": ["alpha", "beta"]}
         }, "required": ["items", "score", "kind"]});
         let g = JsonSchemaGrammar::compile(&s).expect("compiles");
-        for prefix in ["", "{", r#"{"items":["id-"#, r#"{"items":["id-123","#, r#"{"items":["id-123","id-456"],"kind":"beta","score":-"#] {
+        for prefix in [
+            "",
+            "{",
+            r#"{"items":["id-"#,
+            r#"{"items":["id-123","#,
+            r#"{"items":["id-123","id-456"],"kind":"beta","score":-"#,
+        ] {
             let mut m = g.matcher();
             assert!(m.feed_str(prefix), "{prefix}");
             let text = format!("{prefix}{}", m.completion());

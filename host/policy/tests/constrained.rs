@@ -64,7 +64,8 @@ fn a_thousand_simulated_observations_all_validate() {
         schemas.iter().map(|s| JsonSchemaGrammar::compile(s).expect("schema compiles")).collect();
     let validators: Vec<jsonschema::Validator> =
         schemas.iter().map(|s| jsonschema::validator_for(s).expect("valid schema")).collect();
-    let prompt = policy.tokenizer().encode("<tool_call>{\"name\": \"lookup\"}</tool_call><observation>").expect("encode");
+    let prompt =
+        policy.tokenizer().encode("<tool_call>{\"name\": \"lookup\"}</tool_call><observation>").expect("encode");
     let mut total = 0;
     let mut completed = 0;
     let mut distinct = std::collections::HashSet::new();

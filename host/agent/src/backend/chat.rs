@@ -37,7 +37,10 @@ mod tests {
     fn chatml_renders_like_transformers() {
         let messages = [Message::system("be brief"), Message::user("hi")];
         let text = render_chat(toolsmith_policy::tokenizer::CHATML_TEMPLATE, &messages, true, "", "").expect("renders");
-        assert_eq!(text, "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(
+            text,
+            "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
         let err = render_chat("{{ raise_exception('no system role') }}", &messages, true, "", "");
         assert!(matches!(err, Err(BackendError::Template(m)) if m.contains("no system role")));
     }

@@ -43,10 +43,10 @@ impl LocalBackend {
             ..SamplingParams::default()
         };
         let mut forward = |e: TokenEvent<'_>| {
-            if let Some(f) = on_text.as_mut() {
-                if !e.text.is_empty() {
-                    f(e.text);
-                }
+            if let Some(f) = on_text.as_mut()
+                && !e.text.is_empty()
+            {
+                f(e.text);
             }
         };
         let callback: Option<&mut dyn FnMut(TokenEvent<'_>)> = Some(&mut forward);

@@ -66,7 +66,8 @@ impl Backend for OpenAiBackend {
                 .pointer("/choices/0/message/content")
                 .and_then(Value::as_str)
                 .ok_or_else(|| BackendError::Http(format!("POST {url}: no choices[0].message.content in {body}")))?;
-            let count = |key: &str| body.pointer(&format!("/usage/{key}")).and_then(Value::as_u64).unwrap_or(0) as usize;
+            let count =
+                |key: &str| body.pointer(&format!("/usage/{key}")).and_then(Value::as_u64).unwrap_or(0) as usize;
             let finish_reason =
                 body.pointer("/choices/0/finish_reason").and_then(Value::as_str).unwrap_or("stop").to_string();
             Ok(Completion {

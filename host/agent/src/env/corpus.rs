@@ -58,8 +58,11 @@ impl Corpus {
             if line.trim().is_empty() {
                 continue;
             }
-            let v: Value = serde_json::from_str(&line)
-                .map_err(|e| EnvError::Line { path: path.to_path_buf(), line: i + 1, message: e.to_string() })?;
+            let v: Value = serde_json::from_str(&line).map_err(|e| EnvError::Line {
+                path: path.to_path_buf(),
+                line: i + 1,
+                message: e.to_string(),
+            })?;
             let text = v.get("text").or_else(|| v.get("contents")).and_then(Value::as_str);
             let Some(text) = text else {
                 return Err(EnvError::Line {

@@ -42,11 +42,11 @@ fn token_f1(prediction: &str, golden: &str) -> f64 {
     }
     let mut common = 0;
     for w in &p {
-        if let Some(c) = counts.get_mut(w.as_str()) {
-            if *c > 0 {
-                *c -= 1;
-                common += 1;
-            }
+        if let Some(c) = counts.get_mut(w.as_str())
+            && *c > 0
+        {
+            *c -= 1;
+            common += 1;
         }
     }
     if common == 0 {

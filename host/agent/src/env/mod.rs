@@ -46,10 +46,10 @@ pub fn load_tasks(path: &Path) -> Result<Vec<Task>, EnvError> {
         let mut v: serde_json::Value = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
         if let Some(obj) = v.as_object_mut() {
             // Common spellings in public QA sets.
-            if !obj.contains_key("golden_answers") {
-                if let Some(a) = obj.remove("answer").or_else(|| obj.remove("answers")) {
-                    obj.insert("golden_answers".into(), a);
-                }
+            if !obj.contains_key("golden_answers")
+                && let Some(a) = obj.remove("answer").or_else(|| obj.remove("answers"))
+            {
+                obj.insert("golden_answers".into(), a);
             }
             if let Some(s) = obj.get("golden_answers").and_then(|g| g.as_str()).map(str::to_string) {
                 obj.insert("golden_answers".into(), serde_json::json!([s]));
@@ -75,8 +75,11 @@ pub fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> Result<(), 
     std::fs::create_dir_all(dir).map_err(io)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
     for item in items {
-        let line = serde_json::to_string(item)
-            .map_err(|e| EnvError::Line { path: path.to_path_buf(), line: 0, message: e.to_string() })?;
+        let line = serde_json::to_string(item).map_err(|e| EnvError::Line {
+            path: path.to_path_buf(),
+            line: 0,
+            message: e.to_string(),
+        })?;
         writeln!(tmp, "{line}").map_err(io)?;
     }
     // Temporary files are private; these are data files to share.

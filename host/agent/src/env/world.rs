@@ -227,12 +227,22 @@ pub struct World {
 }
 
 const SYLLABLES: [&str; 40] = [
-    "ka", "lo", "mer", "vin", "ta", "sor", "el", "dra", "pen", "qui", "ros", "ba", "thal", "ne", "cor", "vy",
-    "zan", "mi", "gor", "lu", "fen", "ari", "dor", "sel", "kai", "bru", "mon", "tev", "ola", "rin", "hask",
-    "pel", "yor", "dun", "isa", "ver", "nol", "gad", "umb", "wex",
+    "ka", "lo", "mer", "vin", "ta", "sor", "el", "dra", "pen", "qui", "ros", "ba", "thal", "ne", "cor", "vy", "zan",
+    "mi", "gor", "lu", "fen", "ari", "dor", "sel", "kai", "bru", "mon", "tev", "ola", "rin", "hask", "pel", "yor",
+    "dun", "isa", "ver", "nol", "gad", "umb", "wex",
 ];
-const OCCUPATIONS: [&str; 10] =
-    ["chemist", "painter", "architect", "violinist", "surgeon", "novelist", "astronomer", "engineer", "botanist", "judge"];
+const OCCUPATIONS: [&str; 10] = [
+    "chemist",
+    "painter",
+    "architect",
+    "violinist",
+    "surgeon",
+    "novelist",
+    "astronomer",
+    "engineer",
+    "botanist",
+    "judge",
+];
 const INDUSTRIES: [&str; 8] =
     ["shipbuilding", "textile", "software", "mining", "brewing", "publishing", "railway", "pharmaceutical"];
 const CURRENCIES: [&str; 8] = ["crown", "mark", "florin", "ducat", "thaler", "real", "dinar", "guilder"];
@@ -423,7 +433,8 @@ impl World {
     }
 
     fn simple_question(&self, rng: &mut StdRng) -> (String, &Entity, &'static str) {
-        let kind = [EntityKind::Person, EntityKind::City, EntityKind::Company, EntityKind::Country][rng.random_range(0..4)];
+        let kind =
+            [EntityKind::Person, EntityKind::City, EntityKind::Company, EntityKind::Country][rng.random_range(0..4)];
         let e = self.pick(rng, kind);
         let n = &e.name;
         let (q, key) = match (kind, rng.random_range(0..2)) {
@@ -545,7 +556,7 @@ impl World {
     /// Sums of populations or gaps between founding years: exact arithmetic over findings.
     fn numeric(&self, rng: &mut StdRng, i: usize) -> Task {
         let k = 2 + i % 3;
-        let (kind, key, what) = if i % 2 == 0 {
+        let (kind, key, what) = if i.is_multiple_of(2) {
             (EntityKind::City, "population", "the total population")
         } else {
             (EntityKind::Company, "founded", "the sum of the founding years")
