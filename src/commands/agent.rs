@@ -236,6 +236,17 @@ fn load_env(args: &PolicyArgs) -> Result<(Vec<Task>, Arc<Corpus>)> {
     Ok((tasks, Arc::new(corpus)))
 }
 
+/// `tiny` (an untrained tiny model) or a checkpoint directory, on the default device.
+pub fn load_policy(spec: &str) -> Result<Policy> {
+    if spec == "tiny" {
+        return Ok(Policy::tiny(0, LoadOptions::default())?);
+    }
+    let bar = super::tools::spinner(&format!("loading {spec}"));
+    let policy = Policy::load(Path::new(spec), LoadOptions::default());
+    bar.finish_and_clear();
+    policy.with_context(|| format!("cannot load the policy in {spec}"))
+}
+
 fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task]) -> Result<Arc<dyn Backend>> {
     let p = args.policy.as_str();
     if p == "oracle" {
@@ -245,15 +256,7 @@ fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task]) -> Result<Arc<dyn Back
         let key = std::env::var(&args.api_key_env).ok().filter(|k| !k.is_empty());
         return Ok(Arc::new(OpenAiBackend::new(p, &args.model, key)));
     }
-    let policy = if p == "tiny" {
-        Policy::tiny(0, LoadOptions::default())?
-    } else {
-        let bar = super::tools::spinner(&format!("loading {p}"));
-        let policy = Policy::load(Path::new(p), LoadOptions::default());
-        bar.finish_and_clear();
-        policy
-            .with_context(|| format!("cannot load the policy in {p} (expected oracle, tiny, a directory or a URL)"))?
-    };
+    let policy = load_policy(p).context("expected oracle, tiny, a checkpoint directory or a URL")?;
     Ok(Arc::new(LocalBackend::new(policy, p)))
 }
 

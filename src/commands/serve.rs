@@ -12,7 +12,6 @@ use toolsmith_host::daemon::{Admission, Daemon, ServeOptions, mcp};
 
 use toolsmith_agent::backend::LocalBackend;
 use toolsmith_agent::serve::chat_router;
-use toolsmith_policy::{LoadOptions, Policy};
 
 use super::Env;
 
@@ -97,14 +96,7 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
     };
     let chat = match &args.policy {
         Some(p) => {
-            let policy = if p == "tiny" {
-                Policy::tiny(0, LoadOptions::default())?
-            } else {
-                let bar = super::tools::spinner(&format!("loading {p}"));
-                let policy = Policy::load(Path::new(p), LoadOptions::default());
-                bar.finish_and_clear();
-                policy.with_context(|| format!("cannot load the policy in {p}"))?
-            };
+            let policy = super::agent::load_policy(p)?;
             let name = args.model_name.clone().unwrap_or_else(|| {
                 Path::new(p).file_name().map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned())
             });

@@ -236,7 +236,9 @@ fn compile_type(t: &str, obj: &serde_json::Map<String, Value>, depth: usize) -> 
                 }
             }
             for r in &required {
-                if !props.iter().any(|p| p.key == Value::String((*r).to_string())) {
+                // Keys are stored as JSON text, quotes included.
+                let key = Value::String((*r).to_string()).to_string();
+                if !props.iter().any(|p| p.key == key) {
                     return Err(unsupported(format!("required property `{r}` has no schema")));
                 }
             }

@@ -1,7 +1,6 @@
 //! The local search tool: BM25 (tantivy) over a document corpus, top-3 documents per query, like
 //! the local Wikipedia server the papers' agents search.
 
-use std::io::BufRead;
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -51,23 +50,13 @@ impl Corpus {
     /// Reads a JSON-lines corpus: one `{"title": ..., "text": ...}` per line (`contents` is
     /// accepted for `text`, as in FlashRAG's corpora).
     pub fn load_jsonl(path: &Path) -> Result<Corpus, EnvError> {
-        let file = std::fs::File::open(path).map_err(|e| EnvError::Io(path.to_path_buf(), e))?;
         let mut docs = Vec::new();
-        for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-            let line = line.map_err(|e| EnvError::Io(path.to_path_buf(), e))?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value = serde_json::from_str(&line).map_err(|e| EnvError::Line {
-                path: path.to_path_buf(),
-                line: i + 1,
-                message: e.to_string(),
-            })?;
+        for (line, v) in super::read_jsonl(path)? {
             let text = v.get("text").or_else(|| v.get("contents")).and_then(Value::as_str);
             let Some(text) = text else {
                 return Err(EnvError::Line {
                     path: path.to_path_buf(),
-                    line: i + 1,
+                    line,
                     message: "a document needs a \"text\" (or \"contents\") string".into(),
                 });
             };

@@ -35,15 +35,9 @@ pub enum EnvError {
 /// string `answer` or `golden_answers` string is accepted too); the bundled world's tasks also
 /// carry `id`, `family`, `objectives` and `solution`.
 pub fn load_tasks(path: &Path) -> Result<Vec<Task>, EnvError> {
-    let file = std::fs::File::open(path).map_err(|e| EnvError::Io(path.to_path_buf(), e))?;
     let mut tasks = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| EnvError::Io(path.to_path_buf(), e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |message: String| EnvError::Line { path: path.to_path_buf(), line: i + 1, message };
-        let mut v: serde_json::Value = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+    for (line, mut v) in read_jsonl(path)? {
+        let bad = |message: String| EnvError::Line { path: path.to_path_buf(), line, message };
         if let Some(obj) = v.as_object_mut() {
             // Common spellings in public QA sets.
             if !obj.contains_key("golden_answers")
@@ -61,11 +55,30 @@ pub fn load_tasks(path: &Path) -> Result<Vec<Task>, EnvError> {
             return Err(bad("golden_answers is empty".into()));
         }
         if task.id.is_empty() {
-            task.id = format!("task-{:04}", i + 1);
+            task.id = format!("task-{line:04}");
         }
         tasks.push(task);
     }
     Ok(tasks)
+}
+
+/// The JSON values of a JSON-lines file with their 1-based line numbers (blank lines skipped).
+pub fn read_jsonl(path: &Path) -> Result<Vec<(usize, serde_json::Value)>, EnvError> {
+    let file = std::fs::File::open(path).map_err(|e| EnvError::Io(path.to_path_buf(), e))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| EnvError::Io(path.to_path_buf(), e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v = serde_json::from_str(&line).map_err(|e| EnvError::Line {
+            path: path.to_path_buf(),
+            line: i + 1,
+            message: e.to_string(),
+        })?;
+        out.push((i + 1, v));
+    }
+    Ok(out)
 }
 
 /// Writes values as JSON lines, atomically (a temporary file renamed into place).
