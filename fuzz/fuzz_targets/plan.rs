@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
-use toolsmith_agent::plan;
+use toolsmith_trace::plan;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -1,6 +1,6 @@
 //! The Toolsmith agent runtime.
 //!
-//! - [`trace`] and [`plan`]: one tagged grammar for every method; GAP's plan lines and graphs and
+//! - [`trace`] and [`plan`] (re-exported from `toolsmith-trace`): one tagged grammar for every method; GAP's plan lines and graphs and
 //!   SEARL's DAG lists parse into one [`Plan`].
 //! - [`schedule`]: a level's independent calls run concurrently under a cap and per-call timeouts.
 //! - [`runner`]: the agent loop in ReAct, GAP, MemPO and SEARL modes, with retrieval from the tool
@@ -15,13 +15,13 @@ pub mod env;
 pub mod eval;
 pub mod graph;
 pub mod oracle;
-pub mod plan;
 pub mod runner;
 pub mod schedule;
 pub mod serve;
 pub mod simulate;
 pub mod tools;
-pub mod trace;
+
+pub use toolsmith_trace::{plan, trace};
 
 pub use backend::{Backend, BackendError, Completion, GenerateOptions, Message, Role, Usage};
 pub use oracle::Oracle;

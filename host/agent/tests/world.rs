@@ -63,7 +63,7 @@ async fn memory_keeps_peak_tokens_flat_as_objectives_grow() {
     assert_eq!(mem.families[&Family::MultiObjective].em, 1.0);
     assert_eq!(react.families[&Family::MultiObjective].em, 1.0);
     let growth = |t: &std::collections::BTreeMap<usize, f64>| t[&10] / t[&2];
-    assert!(growth(&r) > 3.0, "react's peak grows with the history: {r:?}");
+    assert!(growth(&r) > 2.5, "react's peak grows with the history: {r:?}");
     assert!(growth(&m) < 1.6, "mem's peak stays nearly flat: {m:?}");
     assert!(m[&10] < r[&10] / 2.0);
 }

@@ -1,10 +1,10 @@
 //! The trace grammar and plans: every format parses into one Plan; malformed and adversarial input
 //! is reported precisely and never panics.
 
-use toolsmith_agent::plan::{self, PlanError};
-use toolsmith_agent::trace::{self, Block, Tag, TraceError, boxed};
+use toolsmith_trace::plan::{self, PlanError};
+use toolsmith_trace::trace::{self, Block, Tag, TraceError, boxed};
 
-fn ids(levels: &[Vec<usize>], plan: &toolsmith_agent::Plan) -> Vec<Vec<String>> {
+fn ids(levels: &[Vec<usize>], plan: &toolsmith_trace::Plan) -> Vec<Vec<String>> {
     levels.iter().map(|l| l.iter().map(|&i| plan.tasks()[i].id.clone()).collect()).collect()
 }
 
@@ -188,8 +188,8 @@ fn levels_never_run_a_task_before_its_dependencies() {
     };
     for _ in 0..200 {
         let n = 1 + next(30) as usize;
-        let mut tasks: Vec<toolsmith_agent::Task> = (0..n)
-            .map(|i| toolsmith_agent::Task {
+        let mut tasks: Vec<toolsmith_trace::Task> = (0..n)
+            .map(|i| toolsmith_trace::Task {
                 id: format!("t{i}"),
                 description: format!("step {i}"),
                 depends_on: (0..i).filter(|_| next(4) == 0).map(|j| format!("t{j}")).collect(),
@@ -198,7 +198,7 @@ fn levels_never_run_a_task_before_its_dependencies() {
         for i in (1..tasks.len()).rev() {
             tasks.swap(i, next(i as u64 + 1) as usize);
         }
-        let plan = toolsmith_agent::Plan::new(tasks).expect("acyclic by construction");
+        let plan = toolsmith_trace::Plan::new(tasks).expect("acyclic by construction");
         let levels = plan.levels();
         let level_of =
             |id: &str| levels.iter().position(|l| l.iter().any(|&i| plan.tasks()[i].id == id)).expect("placed");
