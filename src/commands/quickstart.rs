@@ -410,7 +410,7 @@ fn agent_section(env: &Env) -> Result<()> {
     let shared = Arc::new(Mutex::new(policy));
     let params = SamplingParams { max_new_tokens: 32, temperature: 1.0, seed: 2, ..SamplingParams::default() };
     let actor = Arc::new(ToolActor::new(shared.clone(), params)?);
-    let simulated = LocalTools::new().with_simulator(actor);
+    let simulated = LocalTools::new().with_simulator(actor.clone());
     let manifest = admit(
         r#"{"name": "flight_status", "description": "Status of a flight by its number.",
             "input_schema": {"type": "object", "properties": {"flight": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{3}$"}}, "required": ["flight"]},
@@ -425,6 +425,19 @@ fn agent_section(env: &Env) -> Result<()> {
         match out.value {
             Ok(v) => println!("  simulated tool    -> flight_status({flight}) = {v} (validates)"),
             Err(e) => println!("  simulated tool    -> {}", e.to_envelope()),
+        }
+    }
+
+    let designed = actor.design("Track a parcel and estimate its delivery date.", 2)?;
+    for d in designed {
+        match d {
+            Ok(m) => println!(
+                "  tool maker        -> the untrained policy designed `{}` ({} -> {}): admitted, simulatable",
+                m.name.as_str(),
+                m.input_schema["properties"],
+                m.output_schema["properties"]
+            ),
+            Err(e) => println!("  tool maker        -> rejected: {e}"),
         }
     }
 

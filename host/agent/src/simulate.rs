@@ -156,6 +156,63 @@ impl ToolMaker {
     }
 }
 
+/// What a small model fills in when it designs an interface under constrained decoding: names,
+/// a description and typed fields, which [`interface_manifest`] turns into JSON Schemas.
+pub fn interface_schema() -> Value {
+    let field = json!({"type": "object", "properties": {
+        "name": {"type": "string", "pattern": "^[a-z]{2,10}(_[a-z]{2,10}){0,2}$"},
+        "type": {"enum": ["string", "integer", "number", "boolean"]}
+    }, "required": ["name", "type"]});
+    json!({"type": "object", "properties": {
+        "name": {"type": "string", "pattern": "^[a-z]{2,10}(_[a-z]{2,10}){0,2}$"},
+        "description": {"type": "string", "minLength": 8, "maxLength": 80},
+        "inputs": {"type": "array", "items": field, "minItems": 1, "maxItems": 3},
+        "outputs": {"type": "array", "items": field, "minItems": 1, "maxItems": 3}
+    }, "required": ["name", "description", "inputs", "outputs"]})
+}
+
+/// The manifest JSON for an interface written under [`interface_schema`]: every field required,
+/// no others allowed.
+pub fn interface_manifest(interface: &Value) -> Value {
+    let object = |fields: &Value| {
+        let mut properties = serde_json::Map::new();
+        for f in fields.as_array().into_iter().flatten() {
+            if let (Some(name), Some(t)) = (f["name"].as_str(), f["type"].as_str()) {
+                properties.insert(name.to_string(), json!({"type": t}));
+            }
+        }
+        let required: Vec<&String> = properties.keys().collect();
+        json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
+    };
+    json!({
+        "name": interface["name"],
+        "description": interface["description"],
+        "input_schema": object(&interface["inputs"]),
+        "output_schema": object(&interface["outputs"]),
+    })
+}
+
+impl ToolActor {
+    /// ToolMaker with the local policy: `n` interfaces for `task`, each decoded under
+    /// [`interface_schema`] and admitted like any proposal (so even an untrained model proposes
+    /// tools that can be registered and simulated).
+    pub fn design(
+        &self,
+        task: &str,
+        n: usize,
+    ) -> Result<Vec<Result<Manifest, Rejected>>, toolsmith_policy::PolicyError> {
+        let grammar = JsonSchemaGrammar::compile(&interface_schema())?;
+        let policy = self.policy.lock().unwrap_or_else(|e| e.into_inner());
+        let prompt = prompt_ids(&policy, &ToolMaker::messages(task))
+            .map_err(|e| toolsmith_policy::PolicyError::Sampling(format!("cannot render the prompt: {e}")))?;
+        let prompts = vec![prompt; n];
+        let grammars = vec![&grammar; n];
+        let params = SamplingParams { max_new_tokens: 96, ..self.params.clone() };
+        let outputs = policy.generate_json(&prompts, &grammars, &self.table, &params)?;
+        Ok(outputs.iter().map(|o| admit(&interface_manifest(&o.value).to_string())).collect())
+    }
+}
+
 /// Admits a proposal: the first JSON object in `text` must be a valid manifest with compiling
 /// schemas and a simulatable output schema. The admitted tool is of kind `simulated`.
 pub fn admit(text: &str) -> Result<Manifest, Rejected> {

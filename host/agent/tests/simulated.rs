@@ -39,3 +39,38 @@ async fn simulated_tools_answer_with_valid_observations() {
     let missing = tools.call("flight_statu", &json!({})).await;
     assert_eq!(Verdict::of(&missing.value), Verdict::NotFound);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_maker_designs_admissible_interfaces_with_an_untrained_policy() {
+    toolsmith_policy::set_threads(1);
+    let policy = Arc::new(Mutex::new(Policy::tiny(4, LoadOptions::default()).expect("tiny")));
+    let params = SamplingParams { temperature: 1.0, seed: 9, ..SamplingParams::default() };
+    let actor = Arc::new(ToolActor::new(policy, params).expect("actor"));
+    let designed = actor.design("Plan a trip: flights, hotels and the weather.", 8).expect("generation");
+    assert_eq!(designed.len(), 8);
+    let tools = LocalTools::new().with_simulator(actor.clone());
+    let mut names = std::collections::HashSet::new();
+    for manifest in designed {
+        let manifest = manifest.expect("every constrained design is admitted");
+        names.insert(manifest.name.as_str().to_string());
+        // A designed tool is simulated at once: its observations validate.
+        let args: serde_json::Map<String, serde_json::Value> = manifest.input_schema["properties"]
+            .as_object()
+            .expect("properties")
+            .iter()
+            .map(|(k, v)| {
+                let value = match v["type"].as_str() {
+                    Some("string") => json!("x"),
+                    Some("boolean") => json!(true),
+                    _ => json!(1),
+                };
+                (k.clone(), value)
+            })
+            .collect();
+        let name = manifest.name.as_str().to_string();
+        tools.add_simulated(manifest).expect("schemas compile");
+        let out = tools.call(&name, &serde_json::Value::Object(args)).await;
+        assert_eq!(Verdict::of(&out.value), Verdict::Valid, "{:?}", out.value);
+    }
+    assert!(names.len() > 4, "sampled designs differ: {names:?}");
+}
