@@ -389,3 +389,43 @@ fn policy_init_info_and_generate() {
     let missing = toolsmith(&["policy", "info", dir.path().join("nothing").to_str().expect("utf-8")]);
     assert!(!missing.status.success());
 }
+
+/// The agent end to end: `eval` with the oracle in each mode, `run` showing one trace, and SEARL's
+/// numeric tasks teaching the tool graph (a created tool admitted, plan edges to it recorded).
+#[test]
+fn eval_run_and_the_graph_learning_from_trajectories() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = dir.path().join("registry.db");
+    let run = |args: &[&str]| toolsmith_in(&registry, args);
+    for mode in ["react", "gap", "mem"] {
+        let out = ok(&run(&["eval", "--mode", mode, "--family", "multi_hop_parallel", "--json"]));
+        let report: Value = serde_json::from_str(&out).expect("one JSON object");
+        assert_eq!(report["mode"], mode);
+        assert_eq!(report["overall"]["em"], 1.0, "{report}");
+        assert_eq!(report["families"]["multi_hop_parallel"]["tasks"], 12);
+    }
+    let table = ok(&run(&["eval", "--mode", "gap", "--limit", "5"]));
+    assert!(table.contains("cost/pass") && table.contains("single_hop"), "{table}");
+
+    let tasks = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/world/tasks.jsonl"))
+        .expect("shipped tasks");
+    let first: Value = serde_json::from_str(tasks.lines().next().expect("a task")).expect("json");
+    let question = first["question"].as_str().expect("question");
+    let trace = ok(&run(&["run", question, "--mode", "react"]));
+    assert!(trace.contains("turn 1") && trace.contains("search(") && trace.contains("EM 1"), "{trace}");
+
+    let out = run(&["eval", "--mode", "searl", "--family", "numeric", "--limit", "4", "--record", "run-1", "--admit"]);
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("4 candidate tools, 4 admitted") && stderr.contains("search -> sum_integers"), "{stderr}");
+    let shown = ok(&run(&["tools", "show", "sum_integers"]));
+    assert!(shown.contains("(python)") && shown.contains("fed by search (count 4"), "{shown}");
+
+    // A user's task file with a bad line is refused with its line number.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"question\": \"q\", \"golden_answers\": [\"a\"]}\n{oops\n").expect("write");
+    let out = run(&["eval", "--tasks", bad.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.jsonl:2"), "{stderr}");
+}

@@ -10,10 +10,11 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use toolsmith_agent::backend::{Backend, GenerateOptions, LocalBackend, OpenAiBackend};
+use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_agent::env::metrics::{exact_match, f1};
 use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
 use toolsmith_agent::eval::{evaluate, peak_by_objectives};
-use toolsmith_agent::graph::{RegistryRetriever, record};
+use toolsmith_agent::graph::{RegistryRetriever, record_candidates, record_plan};
 use toolsmith_agent::tools::LocalTools;
 use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Scheduler, Trajectory};
 use toolsmith_host::Limits;
@@ -136,6 +137,10 @@ pub struct EvalArgs {
     /// Record plans as tool-graph edges and created tools as candidates of this run.
     #[arg(long, value_name = "RUN")]
     pub record: Option<String>,
+    /// With --record: admit the best candidate of each created tool (the registration step)
+    /// before recording plans, so edges reach the new tools.
+    #[arg(long, requires = "record")]
+    pub admit: bool,
 }
 
 #[derive(Debug, Args)]
@@ -290,11 +295,21 @@ fn agent(
     let mut agent = Agent::new(backend(args, mode, tasks)?, tools, config);
     let mut registry = None;
     if args.retrieve {
-        let r = Arc::new(Mutex::new(env.registry()?));
+        let r = open_registry(env)?;
         agent = agent.with_retriever(Arc::new(RegistryRetriever::new(r.clone())));
         registry = Some(r);
     }
     Ok((agent, registry))
+}
+
+/// The registry, with the host's search tool as a node of the graph: retrievable, and an end of
+/// plan edges.
+fn open_registry(env: &Env) -> Result<Arc<Mutex<toolsmith_registry::Registry>>> {
+    let mut r = env.registry()?;
+    if r.resolve("search")?.is_none() {
+        r.register(toolsmith_registry::NewTool::new(search_manifest()), false)?;
+    }
+    Ok(Arc::new(Mutex::new(r)))
 }
 
 pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
@@ -309,11 +324,8 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
         bail!("no tasks to evaluate");
     }
     let (agent, mut registry) = agent(env, &args.policy, &tasks, corpus)?;
-    if let Some(run) = &args.record {
-        if registry.is_none() {
-            registry = Some(Arc::new(Mutex::new(env.registry()?)));
-        }
-        tracing::info!("recording plans and candidates as run {run}");
+    if args.record.is_some() && registry.is_none() {
+        registry = Some(open_registry(env)?);
     }
     let bar = ProgressBar::new(tasks.len() as u64).with_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} tasks · {msg} · {elapsed} (eta {eta})")
@@ -331,13 +343,20 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     if let (Some(run), Some(registry)) = (&args.record, &registry) {
         let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut edges, mut candidates) = (0, 0);
+        let mut candidates = 0;
         for result in &report.results {
-            let recorded = record(&mut r, run, 0, &result.id, &result.trajectory, result.em)?;
-            edges += recorded.plan.map_or(0, |p| p.edges.len());
-            candidates += recorded.candidates;
+            candidates += record_candidates(&mut r, run, 0, &result.id, &result.trajectory, result.em)?;
         }
-        eprintln!("recorded {edges} plan edges and {candidates} candidate tools for run {run}");
+        let admitted = if args.admit { r.register_best(run, 0)?.len() } else { 0 };
+        let mut edges = std::collections::BTreeSet::new();
+        for result in &report.results {
+            edges.extend(record_plan(&mut r, &result.trajectory, result.em)?.edges);
+        }
+        let shown: Vec<String> = edges.iter().take(6).map(|(a, b)| format!("{a} -> {b}")).collect();
+        eprintln!(
+            "run {run}: {candidates} candidate tools, {admitted} admitted; plan edges: {}",
+            if shown.is_empty() { "none".to_string() } else { shown.join(", ") }
+        );
     }
     if let Some(out) = &args.out {
         let text = serde_json::to_string_pretty(&report)?;

@@ -49,42 +49,47 @@ impl Retriever for RegistryRetriever {
     }
 }
 
-/// What recording a trajectory did.
-#[derive(Debug, Clone, Default)]
-pub struct Recorded {
-    /// Plan edges added to the graph.
-    pub plan: Option<RecordedPlan>,
-    /// Candidate tools stored for the run.
-    pub candidates: usize,
-}
-
-/// Teaches the graph from a trajectory: its plan's dependencies become weighted edges between
-/// the tools that carried them out, and tools it created become candidates of `run` (admitted
-/// later by the best-reward filter).
-pub fn record(
+/// Stores the tools a trajectory created as candidates of `run` (admitted later by the
+/// best-reward filter, [`Registry::register_best`]). Returns how many.
+pub fn record_candidates(
     registry: &mut Registry,
     run: &str,
     iteration: i64,
     task: &str,
     trajectory: &Trajectory,
     reward: f64,
-) -> Result<Recorded, RegistryError> {
-    let mut out = Recorded::default();
-    let steps = trajectory.plan_steps();
-    if steps.len() > 1 && reward > 0.0 {
-        out.plan = Some(registry.record_plan(&steps, reward)?);
+) -> Result<usize, RegistryError> {
+    let created = trajectory.created_tools();
+    if created.is_empty() {
+        return Ok(0);
     }
     let summary = serde_json::to_string(trajectory).unwrap_or_default();
-    for tool in trajectory.created_tools() {
+    for tool in &created {
+        let mut manifest = tool.manifest.clone();
+        manifest.provenance.created_by_run = Some(run.to_string());
         registry.add_candidate(&Candidate {
             run: run.to_string(),
             iteration,
             task: task.to_string(),
             trajectory: summary.clone(),
             reward,
-            tool: NewTool::new(tool.manifest.clone()).with_blob(tool.to_blob()),
+            tool: NewTool::new(manifest).with_blob(tool.to_blob()),
         })?;
-        out.candidates += 1;
     }
-    Ok(out)
+    Ok(created.len())
+}
+
+/// Teaches the graph a trajectory's plan: each dependency between tasks becomes a weighted edge
+/// between the tools that carried them out (tools the registry does not know are skipped and
+/// reported).
+pub fn record_plan(
+    registry: &mut Registry,
+    trajectory: &Trajectory,
+    reward: f64,
+) -> Result<RecordedPlan, RegistryError> {
+    let steps = trajectory.plan_steps();
+    if steps.len() < 2 || reward <= 0.0 {
+        return Ok(RecordedPlan::default());
+    }
+    registry.record_plan(&steps, reward)
 }

@@ -89,6 +89,15 @@ fn plan_of(solution: &Solution) -> Option<Plan> {
     Plan::new(tasks).ok()
 }
 
+/// The plan with the arithmetic as a last task that depends on every lookup.
+fn with_compute(plan: &Plan, compute: &crate::env::world::Compute) -> Plan {
+    let mut tasks = plan.tasks().to_vec();
+    let all: Vec<String> = tasks.iter().map(|t| t.id.clone()).collect();
+    let id = (tasks.len() + 1).to_string();
+    tasks.push(plan::Task { id, description: compute.description.trim_end_matches('.').to_string(), depends_on: all });
+    Plan::new(tasks).unwrap_or_else(|_| plan.clone())
+}
+
 fn gap_plan(plan: &Plan) -> String {
     format!("<plan>\n{plan}</plan>")
 }
@@ -156,7 +165,12 @@ fn script(task: &Task, solution: &Solution, style: Mode) -> Vec<String> {
                 let what: Vec<&str> = level.iter().map(|s| s.description.as_str()).collect();
                 let mut text = format!("<think>{}.</think>\n", what.join("; "));
                 if i == 0 {
-                    text.push_str(&if style == Mode::Gap { gap_plan(&plan) } else { searl_plan(&plan) });
+                    let written = match (style, &solution.compute) {
+                        (Mode::Searl, Some(c)) => searl_plan(&with_compute(&plan, c)),
+                        (Mode::Searl, None) => searl_plan(&plan),
+                        _ => gap_plan(&plan),
+                    };
+                    text.push_str(&written);
                     text.push('\n');
                 }
                 text.push_str(&calls.join("\n"));

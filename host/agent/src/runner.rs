@@ -222,8 +222,14 @@ impl Trajectory {
     /// The plan's tasks bound to the tools that carried them out, for the tool graph's edges.
     pub fn plan_steps(&self) -> Vec<PlanStep> {
         let Some(plan) = &self.plan else { return Vec::new() };
-        let tool_of: BTreeMap<&str, &str> =
-            self.calls().filter_map(|c| c.task.as_deref().map(|t| (t, c.name.as_str()))).collect();
+        // A call that created a tool carried out its task with that tool.
+        let tool_of: BTreeMap<&str, &str> = self
+            .calls()
+            .filter_map(|c| {
+                let tool = c.created.as_ref().map_or(c.name.as_str(), |t| t.manifest.name.as_str());
+                c.task.as_deref().map(|t| (t, tool))
+            })
+            .collect();
         plan.tasks()
             .iter()
             .filter_map(|t| {
