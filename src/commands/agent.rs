@@ -56,7 +56,7 @@ pub struct WorldArgs {
     /// Seed of the generator.
     #[arg(long, default_value_t = WorldConfig::default().seed)]
     pub seed: u64,
-    /// Countries (cities, people and companies scale with it).
+    /// Countries, 2 to 400 (cities, people and companies scale with it).
     #[arg(long, default_value_t = WorldConfig::default().countries)]
     pub countries: usize,
     /// Tasks per family.
@@ -207,7 +207,8 @@ fn traces(
     if let Some(path) = text {
         let mut paragraphs = Vec::new();
         let mut taken: std::collections::HashMap<(Mode, toolsmith_agent::env::Family), usize> = Default::default();
-        for e in &examples {
+        // A MemPO episode's later parts repeat its first one's question: take the first only.
+        for e in examples.iter().filter(|e| e.part == 0 || e.style != Mode::Mem) {
             let n = taken.entry((e.style, e.family)).or_default();
             if *n >= per_family {
                 continue;
@@ -289,7 +290,10 @@ fn agent(
             temperature: args.temperature,
             ..GenerateOptions::default()
         },
-        scheduler: Scheduler { concurrency: args.concurrency, timeout: Duration::from_millis(args.timeout_ms + 1000) },
+        scheduler: Scheduler {
+            concurrency: args.concurrency.clamp(1, 1024),
+            timeout: Duration::from_millis(args.timeout_ms.saturating_add(1000)),
+        },
         ..AgentConfig::default()
     };
     let mut agent = Agent::new(backend(args, mode, tasks)?, tools, config);

@@ -222,6 +222,8 @@ pub struct SftExample {
     pub family: crate::env::Family,
     /// The style (mode) it is written in.
     pub style: Mode,
+    /// Which of the trajectory's examples this is (MemPO episodes give one per turn).
+    pub part: usize,
     /// The conversation: system, question, then assistant turns and observations.
     pub messages: Vec<Message>,
     /// The final answer.
@@ -247,14 +249,17 @@ pub async fn synthesize(
             let t = agent.run(&task.question).await;
             let answer = t.answer.clone();
             let correct = crate::env::metrics::exact_match(answer.as_deref().unwrap_or(""), &task.golden_answers) > 0.0;
-            out.push(SftExample {
-                id: task.id.clone(),
-                family: task.family,
-                style,
-                messages: t.messages(),
-                answer,
-                correct,
-            });
+            for (part, messages) in t.examples().into_iter().enumerate() {
+                out.push(SftExample {
+                    id: task.id.clone(),
+                    family: task.family,
+                    style,
+                    part,
+                    messages,
+                    answer: answer.clone(),
+                    correct,
+                });
+            }
             on_done();
         }
     }

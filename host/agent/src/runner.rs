@@ -5,7 +5,7 @@
 //! the question, the latest `<mem>` and the last step only). Each step records its prompt and
 //! response tokens, so total (TT) and peak (PT) tokens per trajectory follow.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
@@ -209,6 +209,22 @@ impl Trajectory {
         m
     }
 
+    /// Supervised conversations as the model saw them: one for a full-history episode; for a
+    /// MemPO episode, one per turn (question, latest memory, last step, then the turn), since
+    /// that is all the model sees at inference.
+    pub fn examples(&self) -> Vec<Vec<Message>> {
+        match self.mode.context() {
+            ContextPolicy::Full => vec![self.messages()],
+            ContextPolicy::Memory => (0..self.steps.len())
+                .map(|i| {
+                    let mut m = context(ContextPolicy::Memory, &self.system, &self.question, &self.steps[..i]);
+                    m.push(Message::assistant(&self.steps[i].text));
+                    m
+                })
+                .collect(),
+        }
+    }
+
     /// Every call, in order.
     pub fn calls(&self) -> impl Iterator<Item = &CallRecord> {
         self.steps.iter().flat_map(|s| s.calls.iter())
@@ -351,6 +367,8 @@ impl Agent {
         let mut plan: Option<Plan> = None;
         // The plan level the next calls belong to.
         let mut level = 0;
+        // Plan tasks already carried out by a successful call.
+        let mut bound: HashSet<String> = HashSet::new();
         let mut answer = None;
         let mut finish = Finish::Budget;
         let mut system = String::new();
@@ -398,7 +416,7 @@ impl Agent {
             };
             if !records.is_empty() {
                 if let Some(p) = &plan {
-                    bind_tasks(p, level, &mut records);
+                    bind_tasks(p, &mut bound, &mut records);
                 }
                 level += 1;
             }
@@ -436,11 +454,23 @@ impl Agent {
     }
 }
 
-/// Assigns a level's calls to the plan's tasks of that level, in order.
-fn bind_tasks(plan: &Plan, level: usize, records: &mut [CallRecord]) {
-    let levels = plan.levels();
-    let Some(tasks) = levels.get(level) else { return };
-    for (record, &i) in records.iter_mut().zip(tasks) {
-        record.task = Some(plan.tasks()[i].id.clone());
+/// Assigns a turn's successful calls, in order, to the plan's ready tasks (not yet carried out,
+/// every dependency carried out), in plan order. Failed calls and retries bind nothing new.
+fn bind_tasks(plan: &Plan, bound: &mut HashSet<String>, records: &mut [CallRecord]) {
+    let ready: Vec<&str> = plan
+        .tasks()
+        .iter()
+        .filter(|t| !bound.contains(&t.id) && t.depends_on.iter().all(|d| bound.contains(d)))
+        .map(|t| t.id.as_str())
+        .collect();
+    let mut ready = ready.into_iter();
+    for record in records.iter_mut().filter(|r| r.ok()) {
+        let Some(id) = ready.next() else { break };
+        record.task = Some(id.to_string());
+    }
+    for record in records.iter() {
+        if let Some(t) = &record.task {
+            bound.insert(t.clone());
+        }
     }
 }

@@ -70,7 +70,7 @@ impl Scheduler {
         calls: Vec<(String, Value)>,
         level: usize,
     ) -> Vec<CallRecord> {
-        let semaphore = Arc::new(Semaphore::new(self.concurrency.max(1)));
+        let semaphore = Arc::new(Semaphore::new(self.concurrency.clamp(1, Semaphore::MAX_PERMITS)));
         let level_start = Instant::now();
         let futures = calls.into_iter().map(|(name, arguments)| {
             let semaphore = semaphore.clone();

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::backend::{GenerateOptions, LocalBackend, Message};
+use crate::backend::{BackendError, GenerateOptions, LocalBackend, Message};
 
 #[derive(Clone, Debug)]
 struct ChatState {
@@ -61,6 +61,17 @@ struct ChatRequest {
 
 fn error(status: StatusCode, message: String) -> Response {
     (status, axum::Json(json!({"error": {"message": message, "type": "invalid_request_error"}}))).into_response()
+}
+
+/// Bad requests (a template the messages break, sampling settings, a prompt the model cannot
+/// take) are the client's; anything else is the server's.
+fn status_of(e: &BackendError) -> StatusCode {
+    match e {
+        BackendError::Template(_) | BackendError::Policy(toolsmith_policy::PolicyError::Sampling(_)) => {
+            StatusCode::BAD_REQUEST
+        }
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
 }
 
 async fn models(State(state): State<ChatState>) -> Response {
@@ -109,7 +120,7 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
                           "total_tokens": c.usage.prompt_tokens + c.usage.completion_tokens},
             }))
             .into_response(),
-            Ok(Err(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
+            Ok(Err(e)) => error(status_of(&e), e.to_string()),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
     }
@@ -122,7 +133,8 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
         }
     };
     let backend = state.backend.clone();
-    tokio::task::spawn_blocking(move || {
+    let on_panic = tx.clone();
+    let generation = tokio::task::spawn_blocking(move || {
         let _ = tx.send(chunk(json!({"role": "assistant", "content": ""}), Value::Null));
         let mut on_text = |text: &str| {
             // A closed channel means the client left; generation simply finishes unseen.
@@ -135,6 +147,11 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
             Err(e) => {
                 let _ = tx.send(json!({"error": {"message": e.to_string()}}));
             }
+        }
+    });
+    tokio::spawn(async move {
+        if let Err(e) = generation.await {
+            let _ = on_panic.send(json!({"error": {"message": format!("generation failed: {e}")}}));
         }
     });
     let events = UnboundedReceiverStream::new(rx)

@@ -79,7 +79,11 @@ impl ToolActor {
         let outputs = policy
             .generate_json(&[prompt], &[grammar.as_ref()], &self.table, &params)
             .map_err(|e| tool_error(e.to_string()))?;
-        outputs.into_iter().next().map(|o| o.value).ok_or_else(|| tool_error("no output".into()))
+        match outputs.into_iter().next() {
+            Some(Ok(o)) => Ok(o.value),
+            Some(Err(e)) => Err(tool_error(e.to_string())),
+            None => Err(tool_error("no output".into())),
+        }
     }
 }
 
@@ -209,7 +213,13 @@ impl ToolActor {
         let grammars = vec![&grammar; n];
         let params = SamplingParams { max_new_tokens: 96, ..self.params.clone() };
         let outputs = policy.generate_json(&prompts, &grammars, &self.table, &params)?;
-        Ok(outputs.iter().map(|o| admit(&interface_manifest(&o.value).to_string())).collect())
+        Ok(outputs
+            .into_iter()
+            .map(|o| match o {
+                Ok(o) => admit(&interface_manifest(&o.value).to_string()),
+                Err(e) => Err(Rejected::Manifest(format!("generation failed: {e}"))),
+            })
+            .collect())
     }
 }
 

@@ -172,6 +172,31 @@ fn compile(schema: &Value, depth: usize) -> Result<Arc<Node>, PolicyError> {
             _ => Err(unsupported(format!("schema {schema} accepts nothing"))),
         };
     };
+    // Keywords the machine cannot honour: refuse rather than emit documents that fail them.
+    const UNSUPPORTED: [&str; 14] = [
+        "$ref",
+        "$dynamicRef",
+        "not",
+        "if",
+        "then",
+        "else",
+        "uniqueItems",
+        "multipleOf",
+        "minProperties",
+        "maxProperties",
+        "prefixItems",
+        "contains",
+        "dependentRequired",
+        "dependentSchemas",
+    ];
+    if let Some(k) = UNSUPPORTED.iter().find(|k| obj.contains_key(**k)) {
+        return Err(unsupported(format!("the keyword `{k}` is not supported")));
+    }
+    let combinators = ["anyOf", "oneOf", "allOf", "enum", "const"].iter().filter(|k| obj.contains_key(**k)).count();
+    let typed = ["type", "properties", "items", "required"].iter().any(|k| obj.contains_key(*k));
+    if combinators > 1 || (combinators == 1 && typed && !obj.contains_key("enum") && !obj.contains_key("const")) {
+        return Err(unsupported("combining anyOf/oneOf/allOf/enum/const with sibling constraints".into()));
+    }
     if let Some(c) = obj.get("const") {
         return Ok(Arc::new(Node::Lit(vec![c.to_string()])));
     }
@@ -183,14 +208,23 @@ fn compile(schema: &Value, depth: usize) -> Result<Arc<Node>, PolicyError> {
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(alts) = obj.get(key).and_then(Value::as_array) {
+            if alts.is_empty() {
+                return Err(unsupported(format!("empty {key}")));
+            }
             let alts = alts.iter().map(|a| compile(a, depth + 1)).collect::<Result<Vec<_>, _>>()?;
+            // oneOf needs exactly one branch to match: numbers of both numeric kinds could match two.
+            let numeric = alts.iter().filter(|a| matches!(&***a, Node::Num(_))).count();
+            if key == "oneOf" && numeric > 1 {
+                return Err(unsupported("oneOf with more than one numeric branch".into()));
+            }
             return Ok(Arc::new(Node::AnyOf(alts)));
         }
     }
-    if let Some(all) = obj.get("allOf").and_then(Value::as_array)
-        && let [only] = all.as_slice()
-    {
-        return compile(only, depth + 1);
+    if let Some(all) = obj.get("allOf").and_then(Value::as_array) {
+        return match all.as_slice() {
+            [only] => compile(only, depth + 1),
+            _ => Err(unsupported("allOf with more than one schema".into())),
+        };
     }
     match obj.get("type") {
         Some(Value::Array(types)) => {
@@ -258,8 +292,15 @@ fn compile_type(t: &str, obj: &serde_json::Map<String, Value>, depth: usize) -> 
         }
         "string" => {
             let min = usize_of(obj, "minLength").unwrap_or(0);
-            let pattern = obj.get("pattern").and_then(Value::as_str).and_then(Pattern::compile).map(Arc::new);
-            let default_max = if pattern.is_some() { 64 } else { DEFAULT_MAX_STRING };
+            let pattern = match obj.get("pattern").and_then(Value::as_str) {
+                None => None,
+                Some(p) => Some(Arc::new(Pattern::compile(p).ok_or_else(|| {
+                    unsupported(format!("the pattern `{p}` cannot be followed (unsupported syntax, too large, or no printable-ASCII match)"))
+                })?)),
+            };
+            // A pattern may need more than the usual cap: never less than its shortest match.
+            let shortest = pattern.as_ref().and_then(|p| p.distance_to_accept(p.start)).unwrap_or(0);
+            let default_max = if pattern.is_some() { shortest.max(64) } else { DEFAULT_MAX_STRING };
             let max = usize_of(obj, "maxLength").unwrap_or(default_max.max(min));
             if max < min {
                 return Err(unsupported(format!("maxLength {max} < minLength {min}")));
@@ -267,18 +308,32 @@ fn compile_type(t: &str, obj: &serde_json::Map<String, Value>, depth: usize) -> 
             Node::Str { min, max, pattern }
         }
         "integer" | "number" => {
-            let bound = |inclusive: &str, exclusive: &str| {
+            for k in ["exclusiveMinimum", "exclusiveMaximum"] {
+                if obj.get(k).is_some_and(Value::is_boolean) {
+                    return Err(unsupported(format!("draft-4 boolean `{k}`")));
+                }
+            }
+            // Both forms may be present: the tighter bound wins (exclusive on a tie).
+            let bound = |inclusive: &str, exclusive: &str, lower: bool| {
                 let ex = obj.get(exclusive).and_then(Value::as_f64).map(|v| (v, true));
                 let inc = obj.get(inclusive).and_then(Value::as_f64).map(|v| (v, false));
-                ex.or(inc)
+                match (ex, inc) {
+                    (Some(e), Some(i)) => Some(if (lower && i.0 > e.0) || (!lower && i.0 < e.0) { i } else { e }),
+                    (e, i) => e.or(i),
+                }
             };
-            let lo = bound("minimum", "exclusiveMinimum");
-            let hi = bound("maximum", "exclusiveMaximum");
+            let lo = bound("minimum", "exclusiveMinimum", true);
+            let hi = bound("maximum", "exclusiveMaximum", false);
             let digits = |v: f64| (v.abs().max(1.0).log10().floor() as usize) + 1;
             let int_digits = match (lo, hi) {
                 (Some((a, _)), Some((b, _))) => digits(a).max(digits(b)),
-                _ => DEFAULT_INT_DIGITS,
+                // One side open: room past the known bound.
+                (Some((v, _)), None) | (None, Some((v, _))) => (digits(v) + 1).max(DEFAULT_INT_DIGITS),
+                (None, None) => DEFAULT_INT_DIGITS,
             };
+            if int_digits > 15 {
+                return Err(unsupported("numbers beyond 15 digits".into()));
+            }
             if let (Some((a, _)), Some((b, _))) = (lo, hi)
                 && a > b
             {
@@ -337,9 +392,18 @@ pub struct JsonSchemaGrammar {
 }
 
 impl JsonSchemaGrammar {
-    /// Compiles `schema`.
+    /// Compiles `schema`, refusing schemas it cannot follow to a complete document.
     pub fn compile(schema: &Value) -> Result<Self, PolicyError> {
-        Ok(JsonSchemaGrammar { root: compile(schema, 0)? })
+        let grammar = JsonSchemaGrammar { root: compile(schema, 0)? };
+        // Some constraint sets compile but admit no document of the machine's shape (a number
+        // range with no 3-decimal value, a pattern longer than its cap): find out now.
+        let start = grammar.matcher();
+        let suffix = start.completion();
+        let closes = start.after(&suffix).is_some_and(|m| m.is_complete());
+        if !closes {
+            return Err(unsupported(format!("no document satisfies {schema} within the generation caps")));
+        }
+        Ok(grammar)
     }
 
     /// A matcher at the start of a document.
@@ -897,14 +961,15 @@ pub struct JsonOutput {
 
 impl Policy {
     /// Generates one JSON document per prompt, each following its grammar: every output parses and
-    /// validates against its schema.
+    /// validates against its schema. The outer error is the batch's (bad prompts, the model); an
+    /// inner one is a sequence's own, so one bad sequence does not cost the others.
     pub fn generate_json(
         &self,
         prompts: &[Vec<i64>],
         grammars: &[&JsonSchemaGrammar],
         table: &TokenTable,
         params: &SamplingParams,
-    ) -> Result<Vec<JsonOutput>, PolicyError> {
+    ) -> Result<Vec<Result<JsonOutput, PolicyError>>, PolicyError> {
         if prompts.len() != grammars.len() {
             return Err(PolicyError::Sampling(format!("{} prompts but {} grammars", prompts.len(), grammars.len())));
         }
@@ -915,9 +980,14 @@ impl Policy {
         for (i, g) in generations.iter().enumerate() {
             let suffix = constraint.matchers[i].completion();
             let text = format!("{}{suffix}", constraint.texts[i]);
-            let value = serde_json::from_str(&text)
-                .map_err(|e| PolicyError::Sampling(format!("constrained output `{text}` is not JSON: {e}")))?;
-            out.push(JsonOutput { text, value, generated_tokens: g.output_ids.len(), completed_chars: suffix.len() });
+            let parsed = serde_json::from_str(&text)
+                .map_err(|e| PolicyError::Sampling(format!("constrained output `{text}` is not JSON: {e}")));
+            out.push(parsed.map(|value| JsonOutput {
+                text,
+                value,
+                generated_tokens: g.output_ids.len(),
+                completed_chars: suffix.len(),
+            }));
         }
         Ok(out)
     }

@@ -289,7 +289,9 @@ impl Policy {
 fn constrained_next(c: &mut dyn Constraint, i: usize, row: &[f32], sampler: &mut Sampler, seen: &[i64]) -> Option<i64> {
     let mut masked = row.to_vec();
     c.mask(i, &mut masked);
-    loop {
+    // Rejection is cheap while most survivors of the mask are allowed; after a few misses, check
+    // every survivor once and draw from what is left.
+    for _ in 0..16 {
         if !masked.iter().any(|l| l.is_finite()) {
             return None;
         }
@@ -299,6 +301,15 @@ fn constrained_next(c: &mut dyn Constraint, i: usize, row: &[f32], sampler: &mut
         }
         masked[token as usize] = f32::NEG_INFINITY;
     }
+    for (token, l) in masked.iter_mut().enumerate() {
+        if l.is_finite() && !c.allows(i, token as i64) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+    if !masked.iter().any(|l| l.is_finite()) {
+        return None;
+    }
+    Some(sampler.next(&masked, seen))
 }
 
 /// The last-position logits of each row, as f32 on the CPU (sampling happens in Rust).

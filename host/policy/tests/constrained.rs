@@ -78,6 +78,7 @@ fn a_thousand_simulated_observations_all_validate() {
             SamplingParams { max_new_tokens: 40, temperature: 1.0, seed: round * 1000, ..SamplingParams::default() };
         let outputs = policy.generate_json(&prompts, &batch, &table, &params).expect("generation");
         for (o, &i) in outputs.iter().zip(&chosen) {
+            let o = o.as_ref().expect("every sequence ends in a document");
             let errors: Vec<String> = validators[i].iter_errors(&o.value).map(|e| e.to_string()).collect();
             assert!(errors.is_empty(), "schema {i}: {} -> {errors:?}", o.text);
             total += 1;
@@ -99,8 +100,43 @@ fn schemas_the_decoder_cannot_follow_are_refused_clearly() {
         (json!({"type": "widget"}), "type"),
         (json!({"enum": []}), "empty enum"),
         (json!(false), "accepts nothing"),
+        (json!({"type": "integer", "multipleOf": 3}), "multipleOf"),
+        (json!({"$ref": "#/defs/x"}), "$ref"),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "integer"}}, "anyOf": [{"required": ["a"]}]}),
+            "combining",
+        ),
+        (json!({"oneOf": [{"type": "number"}, {"type": "integer"}]}), "numeric branch"),
+        (json!({"type": "string", "pattern": "(?=x)"}), "cannot be followed"),
+        (json!({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 0.0005}), "no document"),
+        (json!({"type": "integer", "minimum": 0.5, "maximum": 0.7}), "no document"),
+        (json!({"type": "integer", "exclusiveMinimum": true}), "draft-4"),
     ] {
         let err = JsonSchemaGrammar::compile(&schema).expect_err("refused");
         assert!(err.to_string().contains(needle), "{schema}: {err}");
+    }
+}
+
+#[test]
+fn one_sided_bounds_long_patterns_and_tight_ranges_are_followed() {
+    let policy = common::tiny(12);
+    let table = TokenTable::new(policy.tokenizer()).expect("token table");
+    let schemas = [
+        json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1000000000}}, "required": ["n"]}),
+        json!({"type": "object", "properties": {"n": {"type": "integer", "maximum": -123456789}}, "required": ["n"]}),
+        json!({"type": "object", "properties": {"h": {"type": "string", "pattern": "^[0-9a-f]{80}$"}}, "required": ["h"]}),
+        json!({"type": "object", "properties": {"x": {"type": "number", "minimum": 2, "exclusiveMinimum": 1.5, "maximum": 2.01}}, "required": ["x"]}),
+    ];
+    let prompt = policy.tokenizer().encode("<observation>").expect("encode");
+    for schema in schemas {
+        let grammar = JsonSchemaGrammar::compile(&schema).expect("compiles");
+        let validator = jsonschema::validator_for(&schema).expect("valid schema");
+        let params = SamplingParams { max_new_tokens: 24, temperature: 1.0, seed: 3, ..SamplingParams::default() };
+        let prompts = vec![prompt.clone(); 5];
+        let grammars = vec![&grammar; 5];
+        for o in policy.generate_json(&prompts, &grammars, &table, &params).expect("generation") {
+            let o = o.expect("a document");
+            assert!(validator.is_valid(&o.value), "{schema}: {}", o.text);
+        }
     }
 }

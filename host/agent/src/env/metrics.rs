@@ -3,30 +3,38 @@
 
 use std::collections::HashMap;
 
-/// Normalises an answer for comparison.
+/// Normalises an answer for comparison as SQuAD does: lower case, punctuation deleted, articles
+/// dropped, single spaces. Semicolons separate a multi-objective task's answers, so they survive
+/// as words.
 pub fn normalize(text: &str) -> String {
     let lower = text.to_lowercase();
-    // Semicolons separate a multi-objective task's answers, so they survive as words.
-    let no_punct: String = lower
-        .chars()
-        .flat_map(|c| match c {
-            ';' => vec![' ', ';', ' '],
-            c if c.is_alphanumeric() || c.is_whitespace() => vec![c],
-            _ => vec![' '],
-        })
-        .collect();
-    no_punct.split_whitespace().filter(|w| !matches!(*w, "a" | "an" | "the")).collect::<Vec<_>>().join(" ")
+    let mut kept = String::with_capacity(lower.len());
+    for c in lower.chars() {
+        match c {
+            ';' => kept.push_str(" ; "),
+            c if c.is_alphanumeric() || c.is_whitespace() => kept.push(c),
+            _ => {}
+        }
+    }
+    kept.split_whitespace().filter(|w| !matches!(*w, "a" | "an" | "the")).collect::<Vec<_>>().join(" ")
+}
+
+/// A golden answer that normalises to nothing (a multiple-choice letter "A", "?") is compared
+/// case-insensitively as written instead.
+fn comparable(text: &str) -> String {
+    let n = normalize(text);
+    if n.is_empty() { text.trim().to_lowercase() } else { n }
 }
 
 /// 1.0 when the normalised prediction equals a normalised golden answer.
 pub fn exact_match(prediction: &str, golden: &[String]) -> f64 {
-    let p = normalize(prediction);
-    if golden.iter().any(|g| normalize(g) == p) { 1.0 } else { 0.0 }
+    let p = comparable(prediction);
+    if !p.is_empty() && golden.iter().any(|g| comparable(g) == p) { 1.0 } else { 0.0 }
 }
 
 /// The best token F1 of the prediction against any golden answer.
 pub fn f1(prediction: &str, golden: &[String]) -> f64 {
-    golden.iter().map(|g| token_f1(&normalize(prediction), &normalize(g))).fold(0.0, f64::max)
+    golden.iter().map(|g| token_f1(&comparable(prediction), &comparable(g))).fold(0.0, f64::max)
 }
 
 fn token_f1(prediction: &str, golden: &str) -> f64 {
@@ -34,7 +42,7 @@ fn token_f1(prediction: &str, golden: &str) -> f64 {
     let p = tokens(prediction);
     let g = tokens(golden);
     if p.is_empty() || g.is_empty() {
-        return if p == g { 1.0 } else { 0.0 };
+        return 0.0;
     }
     let mut counts: HashMap<&str, i64> = HashMap::new();
     for w in &g {
@@ -71,6 +79,13 @@ mod tests {
         assert_eq!(f1("", &g), 0.0);
         assert_eq!(exact_match("1; 2", &["1;2".to_string()]), 1.0);
         assert_eq!(exact_match("1; 2", &["1 2".to_string()]), 0.0);
+        // SQuAD deletes punctuation; an empty answer never matches; "A" stays comparable.
+        assert_eq!(exact_match("U.S.", &["US".to_string()]), 1.0);
+        assert_eq!(exact_match("1,234", &["1234".to_string()]), 1.0);
+        assert_eq!(exact_match("", &["A".to_string()]), 0.0);
+        assert_eq!(exact_match("The", &["A".to_string()]), 0.0);
+        assert_eq!(exact_match("a", &["A".to_string()]), 1.0);
+        assert_eq!(f1("?", &["A".to_string()]), 0.0);
         assert_eq!(f1("1; 2", &["1;2".to_string()]), 1.0);
     }
 }

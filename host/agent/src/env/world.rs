@@ -273,10 +273,13 @@ impl Names {
 }
 
 impl World {
-    /// Generates the world for `config`.
+    /// Most countries a world may have: the name syllables give about 1,600 distinct city names.
+    pub const MAX_COUNTRIES: usize = 400;
+
+    /// Generates the world for `config` (countries clamped to 2..=[`World::MAX_COUNTRIES`]).
     pub fn generate(config: WorldConfig) -> World {
         let mut names = Names { rng: StdRng::seed_from_u64(config.seed), used: HashSet::new() };
-        let nc = config.countries.max(2);
+        let nc = config.countries.clamp(2, World::MAX_COUNTRIES);
         let countries: Vec<String> = (0..nc).map(|_| names.fresh(|n| n.word(3))).collect();
         let cities: Vec<String> = (0..nc * 3).map(|_| names.fresh(|n| n.word(2))).collect();
         let people: Vec<String> = (0..nc * 6)
@@ -327,7 +330,8 @@ impl World {
                 ]),
             });
         }
-        let mut years: Vec<i64> = (1900..2000).collect();
+        // Distinct years keep "who was born earliest" unambiguous at any size.
+        let mut years: Vec<i64> = (1900..1900 + people.len().max(100) as i64).collect();
         years.shuffle(rng);
         for (i, p) in people.iter().enumerate() {
             entities.push(Entity {
@@ -341,7 +345,7 @@ impl World {
                 ]),
             });
         }
-        let mut founded: Vec<i64> = (1850..2020).collect();
+        let mut founded: Vec<i64> = (1850..1850 + companies.len().max(170) as i64).collect();
         founded.shuffle(rng);
         for (i, c) in companies.iter().enumerate() {
             entities.push(Entity {
