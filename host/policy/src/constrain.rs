@@ -869,8 +869,24 @@ impl TokenTable {
         let n = tokenizer.vocab_size();
         let mut texts = Vec::with_capacity(n);
         let mut by_first: HashMap<char, Vec<i64>> = HashMap::new();
+        // SentencePiece-style decoders drop a word-initial space at the start of a text; decoding
+        // each token after a fixed one keeps it ("▁word" is " word" mid-text).
+        let anchor = tokenizer.encode("a")?.first().copied();
+        let anchor_text = match anchor {
+            Some(a) => tokenizer.decode(&[a])?,
+            None => String::new(),
+        };
         for id in 0..n as i64 {
-            let text = tokenizer.decode(&[id])?;
+            let text = match anchor {
+                Some(a) => {
+                    let both = tokenizer.decode(&[a, id])?;
+                    match both.strip_prefix(anchor_text.as_str()) {
+                        Some(rest) if !anchor_text.is_empty() => rest.to_string(),
+                        _ => tokenizer.decode(&[id])?,
+                    }
+                }
+                None => tokenizer.decode(&[id])?,
+            };
             let usable = !text.is_empty() && !text.contains('\u{FFFD}');
             if usable {
                 if let Some(c) = text.chars().next() {
