@@ -365,11 +365,7 @@ fn policy_init_info_and_generate() {
     };
     let greedy = generate(&[]);
     assert_eq!(greedy["output_ids"].as_array().map(Vec::len), Some(12));
-    let tiny = toolsmith_policy::Tokenizer::from_bytes(
-        toolsmith_policy::TINY_TOKENIZER.as_bytes(),
-        Some(&toolsmith_policy::tokenizer::tiny_tokenizer_config()),
-    )
-    .expect("tiny tokenizer");
+    let tiny = toolsmith_policy::Tokenizer::tiny().expect("tiny tokenizer");
     assert_eq!(greedy["prompt_ids"][0], tiny.token_id("<plan>").expect("a tag"), "<plan> is one token");
     let sampled = generate(&["--temperature", "1.0", "--top-p", "0.9", "--seed", "7"]);
     let again = generate(&["--temperature", "1.0", "--top-p", "0.9", "--seed", "7"]);

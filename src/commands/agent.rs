@@ -184,11 +184,7 @@ fn traces(
     let w = World::generate(world.config());
     let tasks = w.tasks();
     let corpus = Arc::new(Corpus::new(&w.documents())?);
-    let toolbox = toolsmith_host::Toolbox::new(env.sandbox()?);
-    match env.python_runtime(toolbox.sandbox()) {
-        Ok(runtime) => toolbox.set_python(runtime),
-        Err(e) => tracing::warn!("SEARL traces will show failed tool creation: {e:#}"),
-    }
+    let toolbox = env.toolbox_maybe_python("tool creation in SEARL traces is")?;
     let tools = Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, Limits::default()));
     let oracle = Oracle::new(&tasks, Mode::Gap, tiny_tokenizer()?);
     let bar = ProgressBar::new((tasks.len() * styles.len()) as u64).with_style(
@@ -224,8 +220,7 @@ fn traces(
 }
 
 fn tiny_tokenizer() -> Result<Arc<Tokenizer>> {
-    let config = toolsmith_policy::tokenizer::tiny_tokenizer_config();
-    Ok(Arc::new(Tokenizer::from_bytes(toolsmith_policy::TINY_TOKENIZER.as_bytes(), Some(&config))?))
+    Ok(Arc::new(Tokenizer::tiny()?))
 }
 
 /// Tasks and corpus: the user's files or the bundled world.
@@ -275,11 +270,7 @@ fn agent(
     let Some(mode) = Mode::parse(&args.mode) else {
         bail!("unknown mode `{}`: use react, gap, mem or searl", args.mode);
     };
-    let toolbox = env.toolbox()?;
-    match env.python_runtime(toolbox.sandbox()) {
-        Ok(runtime) => toolbox.set_python(runtime),
-        Err(e) => tracing::warn!("create_and_execute_mcp is unavailable: {e:#}"),
-    }
+    let toolbox = env.toolbox_maybe_python("create_and_execute_mcp is")?;
     let limits = Limits { timeout: Duration::from_millis(args.timeout_ms), ..Limits::default() };
     let tools = Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, limits));
     let config = AgentConfig {

@@ -83,6 +83,17 @@ impl Env {
         Ok(toolbox)
     }
 
+    /// [`Env::toolbox`] with the Python runtime when the guest is there; without it, a warning
+    /// says `what` is unavailable and the plugins still work.
+    pub fn toolbox_maybe_python(&self, what: &str) -> Result<Toolbox> {
+        let toolbox = self.toolbox()?;
+        match self.python_runtime(toolbox.sandbox()) {
+            Ok(runtime) => toolbox.set_python(runtime),
+            Err(e) => tracing::warn!("{what} unavailable: {e:#}"),
+        }
+        Ok(toolbox)
+    }
+
     /// The Python guest, loaded into `sandbox`.
     pub fn python_runtime(&self, sandbox: &Sandbox) -> Result<PythonRuntime> {
         Ok(PythonRuntime::load(sandbox.clone(), &default_guest_path())?)

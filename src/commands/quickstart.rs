@@ -200,10 +200,7 @@ fn serve_section(env: &Env) -> Result<()> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     use toolsmith_host::daemon::{Daemon, ServeOptions, mcp};
 
-    let toolbox = env.toolbox()?;
-    if let Ok(runtime) = env.python_runtime(toolbox.sandbox()) {
-        toolbox.set_python(runtime);
-    }
+    let toolbox = env.toolbox_maybe_python("Python tools are")?;
     let daemon = Daemon::new(env.registry()?, toolbox, ServeOptions::default())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     println!(
@@ -359,15 +356,11 @@ fn agent_section(env: &Env) -> Result<()> {
         tasks.len(),
         Family::GENERATED.len()
     );
-    let toolbox = env.toolbox()?;
-    if let Ok(runtime) = env.python_runtime(toolbox.sandbox()) {
-        toolbox.set_python(runtime);
-    }
+    let toolbox = env.toolbox_maybe_python("Python tools are")?;
     let tools: Arc<dyn Executor> = Arc::new(
         LocalTools::new().with_corpus(corpus.clone()).with_toolbox(toolbox, toolsmith_host::Limits::default()),
     );
-    let config = toolsmith_policy::tokenizer::tiny_tokenizer_config();
-    let tokenizer = Arc::new(Tokenizer::from_bytes(toolsmith_policy::TINY_TOKENIZER.as_bytes(), Some(&config))?);
+    let tokenizer = Arc::new(Tokenizer::tiny()?);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut reports = std::collections::BTreeMap::new();
     for mode in Mode::ALL {

@@ -74,11 +74,7 @@ pub enum AdmissionArg {
 
 pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
     let registry = env.registry()?;
-    let toolbox = env.toolbox()?;
-    match env.python_runtime(toolbox.sandbox()) {
-        Ok(runtime) => toolbox.set_python(runtime),
-        Err(e) => tracing::warn!("Python tools and create_and_execute_mcp are unavailable: {e:#}"),
-    }
+    let toolbox = env.toolbox_maybe_python("Python tools and create_and_execute_mcp are")?;
     let defaults = ServeOptions::default();
     let options = ServeOptions {
         concurrency: args.concurrency.unwrap_or(defaults.concurrency),

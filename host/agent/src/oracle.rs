@@ -13,7 +13,7 @@ use serde_json::json;
 use toolsmith_policy::Tokenizer;
 
 use crate::backend::{
-    Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Role, Usage, render_chat,
+    Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Role, Usage, render_prompt,
 };
 use crate::env::world::{Solution, Step, Task};
 use crate::plan::{self, Plan};
@@ -202,8 +202,7 @@ impl Backend for Oracle {
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
         Box::pin(async move {
             let text = self.next_turn(messages)?;
-            let template = self.tokenizer.chat_template().unwrap_or(toolsmith_policy::tokenizer::CHATML_TEMPLATE);
-            let prompt = render_chat(template, messages, true, "", "")?;
+            let prompt = render_prompt(&self.tokenizer, messages)?;
             let usage = Usage {
                 prompt_tokens: self.tokenizer.encode(&prompt)?.len(),
                 completion_tokens: self.tokenizer.encode(&text)?.len(),

@@ -291,11 +291,17 @@ pub fn context(policy: ContextPolicy, system: &str, question: &str, steps: &[Ste
         }
         ContextPolicy::Memory => {
             let last = steps.last();
-            let latest_mem = steps.iter().rev().find_map(|s| trace::parse(&s.text).mem().map(str::to_string));
-            let last_has_mem = last.is_some_and(|s| trace::parse(&s.text).mem().is_some());
-            match latest_mem {
+            // The newest step with a memory, parsed once each from the end.
+            let latest = steps
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(i, s)| trace::parse(&s.text).mem().map(|m| (i, m.to_string())));
+            match latest {
                 // The latest memory is not in the last step: carry it with the question.
-                Some(mem) if !last_has_mem => messages.push(Message::user(format!("{question}\n<mem>{mem}</mem>"))),
+                Some((i, mem)) if i + 1 < steps.len() => {
+                    messages.push(Message::user(format!("{question}\n<mem>{mem}</mem>")))
+                }
                 _ => messages.push(Message::user(question)),
             }
             if let Some(s) = last {

@@ -215,21 +215,21 @@ impl Executor for LocalTools {
                     .and_then(|v| checked.schemas.check_output(name, &v).map(|()| v));
                 return ToolResult::of(out);
             }
-            let Some(toolbox) = self.toolbox.clone() else {
-                let known: Vec<String> = self.manifests().iter().map(|m| m.name.as_str().to_string()).collect();
-                return ToolResult::of(Err(not_found_error(name, known.iter(), list_hint)));
+            let is_create = name == CREATE_TOOL && self.has_python();
+            let toolbox = match &self.toolbox {
+                Some(t) if is_create || t.get(name).is_some() => t.clone(),
+                // Names for "did you mean" are gathered only on a miss, not for every call.
+                _ => {
+                    let known: Vec<String> = self.manifests().iter().map(|m| m.name.as_str().to_string()).collect();
+                    return ToolResult::of(Err(not_found_error(name, known.iter(), list_hint)));
+                }
             };
             let name_owned = name.to_string();
             let args_owned = args.clone();
             let limits = self.limits;
-            let is_create = name == CREATE_TOOL && self.has_python();
-            let known: Vec<String> = self.manifests().iter().map(|m| m.name.as_str().to_string()).collect();
             let joined = tokio::task::spawn_blocking(move || {
                 if is_create {
                     return create(&toolbox, &args_owned);
-                }
-                if toolbox.get(&name_owned).is_none() {
-                    return ToolResult::of(Err(not_found_error(&name_owned, known.iter(), list_hint)));
                 }
                 ToolResult::of(toolbox.call(&name_owned, &args_owned, limits).map(|o| o.value))
             })

@@ -9,11 +9,9 @@ use toolsmith_agent::eval::{Report, evaluate, peak_by_objectives};
 use toolsmith_agent::tools::LocalTools;
 use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle};
 use toolsmith_policy::Tokenizer;
-use toolsmith_policy::checkpoint::TINY_TOKENIZER;
 
 fn tokenizer() -> Arc<Tokenizer> {
-    let config = toolsmith_policy::tokenizer::tiny_tokenizer_config();
-    Arc::new(Tokenizer::from_bytes(TINY_TOKENIZER.as_bytes(), Some(&config)).expect("tiny tokenizer"))
+    Arc::new(Tokenizer::tiny().expect("tiny tokenizer"))
 }
 
 async fn run(world: &World, mode: Mode) -> Report {

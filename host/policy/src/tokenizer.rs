@@ -71,6 +71,11 @@ impl Tokenizer {
         Self::from_bytes(&bytes, config.as_ref())
     }
 
+    /// The tiny model's shipped tokenizer (byte-level BPE, trace tags as single tokens, ChatML).
+    pub fn tiny() -> Result<Self, PolicyError> {
+        Self::from_bytes(crate::TINY_TOKENIZER.as_bytes(), Some(&tiny_tokenizer_config()))
+    }
+
     /// Builds from `tokenizer.json` bytes and an optional parsed `tokenizer_config.json`.
     pub fn from_bytes(bytes: &[u8], config: Option<&Value>) -> Result<Self, PolicyError> {
         let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| tokenizer_error("tokenizer.json", e))?;

@@ -4,12 +4,10 @@
 mod common;
 
 use toolsmith_policy::TINY_TOKENIZER;
-use toolsmith_policy::tokenizer::{
-    END_OF_TEXT, IM_END, IM_START, TRACE_TAGS, Tokenizer, tiny_tokenizer_config, train_tiny,
-};
+use toolsmith_policy::tokenizer::{END_OF_TEXT, IM_END, IM_START, TRACE_TAGS, Tokenizer, train_tiny};
 
 fn tiny() -> Tokenizer {
-    Tokenizer::from_bytes(TINY_TOKENIZER.as_bytes(), Some(&tiny_tokenizer_config())).expect("tiny tokenizer")
+    Tokenizer::tiny().expect("tiny tokenizer")
 }
 
 #[test]

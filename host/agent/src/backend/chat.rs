@@ -29,6 +29,13 @@ pub fn render_chat(
     .map_err(|e| BackendError::Template(e.to_string()))
 }
 
+/// The prompt text for `messages` with the assistant's turn opened: the tokenizer's chat
+/// template, or ChatML when it has none.
+pub fn render_prompt(tokenizer: &toolsmith_policy::Tokenizer, messages: &[Message]) -> Result<String, BackendError> {
+    let template = tokenizer.chat_template().unwrap_or(toolsmith_policy::tokenizer::CHATML_TEMPLATE);
+    render_chat(template, messages, true, "", "")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use toolsmith_policy::{FinishReason, Policy, SamplingParams, TokenEvent};
 
-use super::{Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Usage, render_chat};
+use super::{Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Usage, render_prompt};
 
 /// A shared local policy.
 #[derive(Debug, Clone)]
@@ -68,8 +68,7 @@ impl LocalBackend {
 /// assistant's turn opened.
 pub fn prompt_ids(policy: &Policy, messages: &[Message]) -> Result<Vec<i64>, BackendError> {
     let tokenizer = policy.tokenizer();
-    let template = tokenizer.chat_template().unwrap_or(toolsmith_policy::tokenizer::CHATML_TEMPLATE);
-    let text = render_chat(template, messages, true, "", "")?;
+    let text = render_prompt(tokenizer, messages)?;
     Ok(tokenizer.encode(&text)?)
 }
 

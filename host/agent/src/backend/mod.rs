@@ -10,7 +10,7 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-pub use chat::render_chat;
+pub use chat::{render_chat, render_prompt};
 pub use local::LocalBackend;
 pub use openai::OpenAiBackend;
 
