@@ -47,6 +47,9 @@ enum Command {
     Policy(commands::policy::PolicyCommand),
     /// Serve the tool graph over MCP (stdio or streamable HTTP), with a status API.
     Serve(commands::serve::ServeArgs),
+    /// Train the policy: supervised fine-tuning, reports.
+    #[command(subcommand)]
+    Train(commands::train::TrainCommand),
     /// Evaluate a policy on a task set: EM, F1, pass@1, turns, tokens (TT, PT), cost-of-pass.
     Eval(commands::agent::EvalArgs),
     /// Answer one question and show the trace.
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Plugin(cmd) => commands::plugin::run(&env, cmd),
         Command::Policy(cmd) => commands::policy::run(cmd),
         Command::Serve(args) => commands::serve::run(&env, args),
+        Command::Train(cmd) => commands::train::run(&env, cmd),
         Command::Eval(args) => commands::agent::eval(&env, args),
         Command::Run(args) => commands::agent::run(&env, args),
         Command::World(cmd) => commands::agent::world(&env, cmd),

@@ -16,7 +16,7 @@ use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
 use toolsmith_agent::eval::{evaluate, peak_by_objectives};
 use toolsmith_agent::graph::{RegistryRetriever, record_candidates, record_plan};
 use toolsmith_agent::tools::LocalTools;
-use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Scheduler, Trajectory};
+use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Scheduler, ToolFormat, Trajectory};
 use toolsmith_host::Limits;
 use toolsmith_policy::{LoadOptions, Policy, Tokenizer};
 
@@ -104,6 +104,9 @@ pub struct PolicyArgs {
     /// List only tools retrieved from the tool graph for the question and the plan's tasks.
     #[arg(long)]
     pub retrieve: bool,
+    /// How the system prompt lists tools: compact (one line each) or json (OpenAI functions).
+    #[arg(long, default_value = "compact")]
+    pub tool_format: String,
     /// A JSON-lines task set ({question, golden_answers}) [default: the bundled world].
     #[arg(long)]
     pub tasks: Option<PathBuf>,
@@ -270,6 +273,9 @@ fn agent(
     let Some(mode) = Mode::parse(&args.mode) else {
         bail!("unknown mode `{}`: use react, gap, mem or searl", args.mode);
     };
+    let Some(tool_format) = ToolFormat::parse(&args.tool_format) else {
+        bail!("unknown tool format `{}`: use compact or json", args.tool_format);
+    };
     let toolbox = env.toolbox_maybe_python("create_and_execute_mcp is")?;
     let limits = Limits { timeout: Duration::from_millis(args.timeout_ms), ..Limits::default() };
     let tools = Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, limits));
@@ -285,6 +291,7 @@ fn agent(
             concurrency: args.concurrency.clamp(1, 1024),
             timeout: Duration::from_millis(args.timeout_ms.saturating_add(1000)),
         },
+        tool_format,
         ..AgentConfig::default()
     };
     let mut agent = Agent::new(backend(args, mode, tasks)?, tools, config);

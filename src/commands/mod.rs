@@ -9,6 +9,7 @@ pub mod python;
 pub mod quickstart;
 pub mod serve;
 pub mod tools;
+pub mod train;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -26,6 +26,6 @@ pub use toolsmith_trace::{plan, trace};
 pub use backend::{Backend, BackendError, Completion, GenerateOptions, Message, Role, Usage};
 pub use oracle::Oracle;
 pub use plan::{Plan, PlanError, Task};
-pub use runner::{Agent, AgentConfig, ContextPolicy, Finish, Mode, Trajectory};
+pub use runner::{Agent, AgentConfig, ContextPolicy, Finish, Mode, ToolFormat, Trajectory};
 pub use schedule::{CallRecord, Scheduler};
 pub use trace::{Block, Tag, ToolCall, TraceError, Turn};

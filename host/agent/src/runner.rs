@@ -22,7 +22,7 @@ use crate::tools::Executor;
 use crate::trace::{self, Tag};
 
 /// How the agent works.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// ReAct: one call per turn, full history.
@@ -98,6 +98,32 @@ pub struct AgentConfig {
     pub scheduler: Scheduler,
     /// Tools retrieved per query.
     pub top_k: usize,
+    /// How tools are listed in the system prompt. By default [`ToolFormat::Compact`].
+    pub tool_format: ToolFormat,
+}
+
+/// How the system prompt lists tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolFormat {
+    /// One line per tool: `- name(arg: type, opt?: type): description`. About a sixth of the
+    /// tokens of the JSON form, which matters for small models: with the JSON form the bundled
+    /// tools alone took ~1,950 of the tiny model's 2,048 positions.
+    #[default]
+    Compact,
+    /// OpenAI function definitions, one JSON object per line (what large chat models are tuned on).
+    Json,
+}
+
+impl ToolFormat {
+    /// Parses `compact` or `json`.
+    pub fn parse(name: &str) -> Option<ToolFormat> {
+        match name {
+            "compact" => Some(ToolFormat::Compact),
+            "json" => Some(ToolFormat::Json),
+            _ => None,
+        }
+    }
 }
 
 impl Default for AgentConfig {
@@ -108,6 +134,7 @@ impl Default for AgentConfig {
             generate: GenerateOptions::default(),
             scheduler: Scheduler::default(),
             top_k: 5,
+            tool_format: ToolFormat::default(),
         }
     }
 }
@@ -259,8 +286,8 @@ impl Trajectory {
     }
 }
 
-/// The instructions for a mode, with the tools in OpenAI function form.
-pub fn system_prompt(mode: Mode, tools: &[Manifest]) -> String {
+/// The instructions for a mode, with the tools listed in `format`.
+pub fn system_prompt(mode: Mode, tools: &[Manifest], format: ToolFormat) -> String {
     let mut s = String::from(
         "You answer questions with tools. Think in <think>...</think>. Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>; each result comes back in <observation>. ",
     );
@@ -272,10 +299,46 @@ pub fn system_prompt(mode: Mode, tools: &[Manifest]) -> String {
     });
     s.push_str(" When you know the answer, write <answer>\\boxed{answer}</answer>.\nTools:\n");
     for t in tools {
-        s.push_str(&t.to_openai_function().to_string());
+        match format {
+            ToolFormat::Json => s.push_str(&t.to_openai_function().to_string()),
+            ToolFormat::Compact => s.push_str(&compact_signature(t)),
+        }
         s.push('\n');
     }
     s
+}
+
+/// `- name(arg: type, opt?: type): description` from a manifest's input schema.
+fn compact_signature(tool: &Manifest) -> String {
+    let schema = &tool.input_schema;
+    let required: HashSet<&str> =
+        schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let args: Vec<String> = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(name, prop)| {
+            let optional = if required.contains(name.as_str()) { "" } else { "?" };
+            format!("{name}{optional}: {}", type_name(prop))
+        })
+        .collect();
+    format!("- {}({}): {}", tool.name, args.join(", "), tool.description.trim())
+}
+
+/// A short type for a property schema: `string`, `integer[]`, `"a"|"b"`, `object`.
+fn type_name(schema: &Value) -> String {
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        return options.iter().map(Value::to_string).collect::<Vec<_>>().join("|");
+    }
+    match schema.get("type") {
+        Some(Value::String(t)) if t == "array" => {
+            format!("{}[]", schema.get("items").map_or_else(|| "any".to_string(), type_name))
+        }
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("|"),
+        _ => "any".into(),
+    }
 }
 
 /// The messages the model sees before its next turn.
@@ -379,7 +442,7 @@ impl Agent {
         let mut finish = Finish::Budget;
         let mut system = String::new();
         for _ in 0..self.config.max_turns {
-            system = system_prompt(mode, &listed);
+            system = system_prompt(mode, &listed, self.config.tool_format);
             let messages = context(mode.context(), &system, question, &steps);
             let model_started = Instant::now();
             let completion = match self.backend.complete(&messages, &self.config.generate).await {

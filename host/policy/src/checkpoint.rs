@@ -228,7 +228,7 @@ impl Policy {
         let partial = partial_path(&weights);
         let mut named: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
         named.sort_by(|a, b| a.0.cmp(&b.0));
-        Tensor::write_safetensors(&named, &partial)?;
+        Tensor::write_safetensors(&named, &partial).map_err(|e| PolicyError::checkpoint(&partial, e.to_string()))?;
         rename(&partial, &weights)?;
         // A sharded index from an earlier save of a loaded model would now point at stale shards.
         let index = dir.join("model.safetensors.index.json");

@@ -104,6 +104,14 @@ impl Tokenizer {
         Ok(encoding.get_ids().iter().map(|&id| i64::from(id)).collect())
     }
 
+    /// Encodes `text` and gives each token's byte range in it (added tokens included), so a
+    /// caller can map spans of the text, such as an assistant's turn, to token positions.
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<i64>, Vec<(usize, usize)>), PolicyError> {
+        let encoding = self.inner.encode(text, false).map_err(|e| tokenizer_error("encode", e))?;
+        let ids = encoding.get_ids().iter().map(|&id| i64::from(id)).collect();
+        Ok((ids, encoding.get_offsets().to_vec()))
+    }
+
     /// Decodes ids to text, dropping special (control) tokens but keeping trace tags.
     pub fn decode(&self, ids: &[i64]) -> Result<String, PolicyError> {
         let ids = ids

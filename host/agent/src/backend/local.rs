@@ -20,6 +20,12 @@ impl LocalBackend {
         LocalBackend { policy: Arc::new(Mutex::new(policy)), label: label.into() }
     }
 
+    /// A backend over a policy shared with someone else (a trainer that updates its weights
+    /// between episodes).
+    pub fn shared(policy: Arc<Mutex<Policy>>, label: impl Into<String>) -> Self {
+        LocalBackend { policy, label: label.into() }
+    }
+
     /// The shared policy.
     pub fn policy(&self) -> Arc<Mutex<Policy>> {
         self.policy.clone()
@@ -34,8 +40,13 @@ impl LocalBackend {
     ) -> Result<Completion, BackendError> {
         let policy = self.policy.lock().unwrap_or_else(|p| p.into_inner());
         let prompt = prompt_ids(&policy, messages)?;
+        // Positions past the model's context are not refused by the arithmetic, only wrong.
+        let context = usize::try_from(policy.config().common().max_position_embeddings).unwrap_or(usize::MAX);
+        if prompt.len() >= context {
+            return Err(BackendError::ContextFull { prompt: prompt.len(), context });
+        }
         let params = SamplingParams {
-            max_new_tokens: options.max_tokens,
+            max_new_tokens: options.max_tokens.min(context - prompt.len()),
             temperature: options.temperature,
             top_p: options.top_p,
             stop_strings: options.stop.clone(),

@@ -10,7 +10,7 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-pub use chat::{render_chat, render_prompt};
+pub use chat::{ChatTemplate, render_chat, render_prompt};
 pub use local::LocalBackend;
 pub use openai::OpenAiBackend;
 
@@ -107,6 +107,14 @@ pub enum BackendError {
     /// An HTTP endpoint failed or answered something unexpected.
     #[error("{0}")]
     Http(String),
+    /// The conversation no longer fits the model's context.
+    #[error("the prompt is {prompt} tokens, the model's context is {context}")]
+    ContextFull {
+        /// Prompt tokens.
+        prompt: usize,
+        /// The model's `max_position_embeddings`.
+        context: usize,
+    },
     /// The oracle does not know the task.
     #[error("the oracle has no solution for this question: {0}")]
     UnknownTask(String),

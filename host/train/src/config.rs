@@ -1,0 +1,244 @@
+//! The settings of a supervised run: one serde type read from TOML or JSON (flags override it),
+//! whose JSON Schema is `schemas/train-sft.schema.json` (generated; a golden test keeps it in
+//! step).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use toolsmith_agent::Mode;
+use toolsmith_agent::env::WorldConfig;
+
+use crate::TrainError;
+use crate::optim::AdamWConfig;
+
+/// A supervised fine-tuning run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SftConfig {
+    /// What to train on. By default the traces of generated worlds ([`WorldsData::default`]).
+    pub data: DataConfig,
+    /// The model to start from: `tiny` (a fresh tiny model) or a checkpoint directory. By default
+    /// `tiny`.
+    pub init: String,
+    /// The tiny model's context length (`max_position_embeddings`) when `init` is `tiny`. By
+    /// default 2048.
+    pub tiny_context: u64,
+    /// Passes over the data (used when `steps` is not set). By default 1.
+    pub epochs: f64,
+    /// Optimiser steps in all; overrides `epochs`.
+    pub steps: Option<u64>,
+    /// Peak learning rate. By default 1e-3 (right for the tiny model; use ~1e-5 for billions of
+    /// parameters).
+    pub lr: f64,
+    /// Final learning rate as a share of the peak (cosine decay). By default 0.1.
+    pub min_lr_ratio: f64,
+    /// Linear warm-up, as a share of all steps. By default 0.05.
+    pub warmup_ratio: f64,
+    /// AdamW's moments, epsilon and weight decay.
+    pub optimizer: AdamWConfig,
+    /// Global gradient-norm clipping (0 disables it). By default 1.0.
+    pub max_grad_norm: f64,
+    /// Tokens per optimiser step: whole sequences are added until the next would pass this. By
+    /// default 16384.
+    pub batch_tokens: usize,
+    /// Padded tokens per forward/backward pass; gradients of micro-batches accumulate, so this
+    /// bounds memory, not the batch. By default 4096.
+    pub micro_batch_tokens: usize,
+    /// Seed of the initial weights (for `tiny`) and of the data order. By default 0.
+    pub seed: u64,
+    /// `auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`. By default `auto`.
+    pub device: String,
+    /// Weights' precision: `auto` (bf16 with fp32 master weights on CUDA, fp32 on the CPU),
+    /// `f32` or `bf16`. By default `auto`.
+    pub precision: String,
+    /// CPU threads for libtorch (0: libtorch's default). By default 0.
+    pub threads: usize,
+    /// Held-out evaluation every this many steps (0: only before and after training). By default 0.
+    pub eval_every: u64,
+    /// Held-out evaluation; `null` disables it. By default a generated world of another seed.
+    pub eval: Option<EvalConfig>,
+    /// A checkpoint every this many steps (and one at the end). By default 100.
+    pub checkpoint_every: u64,
+    /// Checkpoints kept (the newest ones). By default 2.
+    pub keep_checkpoints: usize,
+}
+
+impl Default for SftConfig {
+    fn default() -> Self {
+        SftConfig {
+            data: DataConfig::default(),
+            init: "tiny".into(),
+            tiny_context: 2048,
+            epochs: 1.0,
+            steps: None,
+            lr: 1e-3,
+            min_lr_ratio: 0.1,
+            warmup_ratio: 0.05,
+            optimizer: AdamWConfig::default(),
+            max_grad_norm: 1.0,
+            batch_tokens: 16384,
+            micro_batch_tokens: 4096,
+            seed: 0,
+            device: "auto".into(),
+            precision: "auto".into(),
+            threads: 0,
+            eval_every: 0,
+            eval: Some(EvalConfig::default()),
+            checkpoint_every: 100,
+            keep_checkpoints: 2,
+        }
+    }
+}
+
+/// The training data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    /// JSON-lines chat files (`toolsmith world traces` output or OpenAI-style `messages`). When
+    /// given, `worlds` is not used.
+    pub files: Vec<PathBuf>,
+    /// Oracle traces of generated worlds, used when `files` is empty.
+    pub worlds: WorldsData,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        DataConfig { files: Vec::new(), worlds: WorldsData::default() }
+    }
+}
+
+/// Oracle traces of worlds generated from several seeds: the training split. The held-out world
+/// ([`EvalConfig::world_seed`]) must not be among them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorldsData {
+    /// World seeds. By default 1, 2, 3 and 4.
+    pub seeds: Vec<u64>,
+    /// Countries per world. By default 6 (72 entities).
+    pub countries: usize,
+    /// Tasks per family. By default 12.
+    pub tasks_per_family: usize,
+    /// Trace styles. By default all four: react, gap, mem, searl.
+    pub styles: Vec<Mode>,
+}
+
+impl Default for WorldsData {
+    fn default() -> Self {
+        WorldsData { seeds: vec![1, 2, 3, 4], countries: 6, tasks_per_family: 12, styles: Mode::ALL.to_vec() }
+    }
+}
+
+impl WorldsData {
+    /// The world of `seed`.
+    pub fn world(&self, seed: u64) -> WorldConfig {
+        WorldConfig { seed, countries: self.countries, tasks_per_family: self.tasks_per_family }
+    }
+}
+
+/// Held-out evaluation with the real agent loop on a world of another seed: new names and new
+/// facts, so a policy can only answer by searching and reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvalConfig {
+    /// The held-out world's seed. By default 1000.
+    pub world_seed: u64,
+    /// Its countries. By default 6.
+    pub countries: usize,
+    /// Tasks per family taken from it (the first ones). By default 4.
+    pub tasks_per_family: usize,
+    /// Modes evaluated. By default all four.
+    pub modes: Vec<Mode>,
+    /// Turn budget per task. By default 10.
+    pub max_turns: usize,
+    /// Tokens per turn at most. By default 200.
+    pub max_tokens: usize,
+    /// Episodes running at once (their tool calls overlap; generation takes turns). By default 2.
+    pub parallel: usize,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig {
+            world_seed: 1000,
+            countries: 6,
+            tasks_per_family: 4,
+            modes: Mode::ALL.to_vec(),
+            max_turns: 10,
+            max_tokens: 200,
+            parallel: 2,
+        }
+    }
+}
+
+impl SftConfig {
+    /// Reads a TOML (`.toml`) or JSON file. Unknown keys are errors.
+    pub fn from_file(path: &Path) -> Result<Self, TrainError> {
+        let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
+        let is_toml = path.extension().is_some_and(|e| e == "toml");
+        let config: SftConfig = if is_toml {
+            toml::from_str(&text).map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?
+        } else {
+            serde_json::from_str(&text).map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// A named preset.
+    ///
+    /// `tiny-world`: the tiny policy on oracle traces of four training worlds in every style,
+    /// evaluated on the held-out world of seed 1000 in every mode; sized for 2 CPU cores and
+    /// about 10 minutes of training.
+    pub fn preset(name: &str) -> Result<Self, TrainError> {
+        match name {
+            "tiny-world" => Ok(SftConfig {
+                steps: Some(240),
+                lr: 2e-3,
+                batch_tokens: 12288,
+                micro_batch_tokens: 6144,
+                threads: 2,
+                checkpoint_every: 60,
+                eval_every: 0,
+                ..SftConfig::default()
+            }),
+            other => Err(TrainError::Config(format!("unknown preset {other:?} (tiny-world)"))),
+        }
+    }
+
+    /// Checks values a run cannot start with.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let bad = |m: &str| Err(TrainError::Config(m.to_string()));
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad("lr must be a positive number");
+        }
+        if self.steps == Some(0) || (self.steps.is_none() && !(self.epochs > 0.0)) {
+            return bad("train for at least one step (steps > 0 or epochs > 0)");
+        }
+        if self.batch_tokens == 0 || self.micro_batch_tokens == 0 {
+            return bad("batch_tokens and micro_batch_tokens must be positive");
+        }
+        if !(0.0..1.0).contains(&self.warmup_ratio) {
+            return bad("warmup_ratio must be in [0, 1)");
+        }
+        if self.checkpoint_every == 0 || self.keep_checkpoints == 0 {
+            return bad("checkpoint_every and keep_checkpoints must be positive");
+        }
+        if let Some(eval) = &self.eval
+            && self.data.files.is_empty()
+            && self.data.worlds.seeds.contains(&eval.world_seed)
+        {
+            return bad("the held-out world's seed is also a training world: evaluation would measure memory");
+        }
+        if self.data.files.is_empty() && self.data.worlds.seeds.is_empty() {
+            return bad("no data: give data.files or data.worlds.seeds");
+        }
+        Ok(())
+    }
+}
+
+/// The JSON Schema of [`SftConfig`] (`schemas/train-sft.schema.json`).
+pub fn schema() -> serde_json::Value {
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12();
+    settings.inline_subschemas = true;
+    settings.into_generator().into_root_schema_for::<SftConfig>().to_value()
+}

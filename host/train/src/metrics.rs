@@ -1,0 +1,129 @@
+//! The metrics stream: one JSON object per line in `RUN/metrics.jsonl`, appended and flushed as
+//! each step ends, so a crashed run keeps everything up to its last step and `tail -f` (or the
+//! daemon) can follow a live one.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::TrainError;
+
+/// The stream's file name, in a run and in each checkpoint.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+
+/// A training step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepMetrics {
+    /// Optimiser steps done (1 after the first).
+    pub step: u64,
+    /// Passes over the data so far (fractional).
+    pub epoch: f64,
+    /// Mean loss per trained token of the step's batch.
+    pub loss: f64,
+    /// Learning rate of the step.
+    pub lr: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Tokens in the step's batch (all, trained or not).
+    pub tokens: usize,
+    /// Trained (assistant) tokens in the batch.
+    pub trained_tokens: usize,
+    /// Tokens per second of the step (forward, backward and update).
+    pub tokens_per_sec: f64,
+    /// Seconds since the run started (resumed runs continue the count).
+    pub elapsed_s: f64,
+}
+
+/// One mode's held-out figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModeFigures {
+    /// Exact match.
+    pub em: f64,
+    /// Token F1.
+    pub f1: f64,
+    /// Turns per task.
+    pub turns: f64,
+    /// Share of turns with a format problem (syntax, plan, tool-call JSON, or neither a call
+    /// nor an answer).
+    pub format_error_rate: f64,
+    /// Share of tasks answered at all.
+    pub answered: f64,
+    /// Tasks evaluated.
+    pub tasks: usize,
+    /// EM by task family.
+    pub families: BTreeMap<String, f64>,
+}
+
+/// A held-out evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalMetrics {
+    /// Optimiser steps done when it ran (0: before training).
+    pub step: u64,
+    /// Figures by mode.
+    pub modes: BTreeMap<String, ModeFigures>,
+    /// Mean EM over the modes.
+    pub em: f64,
+    /// Seconds the evaluation took.
+    pub seconds: f64,
+}
+
+/// A line of the stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// A training step.
+    Train(StepMetrics),
+    /// A held-out evaluation.
+    Eval(EvalMetrics),
+}
+
+/// Appends records to a metrics file.
+#[derive(Debug)]
+pub struct MetricsWriter {
+    path: PathBuf,
+    file: File,
+}
+
+impl MetricsWriter {
+    /// Opens `path` for appending (created if missing).
+    pub fn append(path: &Path) -> Result<Self, TrainError> {
+        let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| TrainError::io(path, e))?;
+        Ok(MetricsWriter { path: path.to_owned(), file })
+    }
+
+    /// Writes one record as a line and flushes it.
+    pub fn write(&mut self, record: &Record) -> Result<(), TrainError> {
+        let mut line = serde_json::to_string(record).map_err(|e| TrainError::Config(e.to_string()))?;
+        line.push('\n');
+        self.file.write_all(line.as_bytes()).map_err(|e| TrainError::io(&self.path, e))?;
+        self.file.flush().map_err(|e| TrainError::io(&self.path, e))
+    }
+}
+
+/// Reads a metrics file; a torn last line (a crash mid-write) is ignored, any other bad line is
+/// an error naming it.
+pub fn read(path: &Path) -> Result<Vec<Record>, TrainError> {
+    let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut records = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(r) => records.push(r),
+            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
+            Err(e) => {
+                return Err(TrainError::Data {
+                    path: path.to_owned(),
+                    line: i + 1,
+                    message: format!("not a metrics record: {e}"),
+                });
+            }
+        }
+    }
+    Ok(records)
+}

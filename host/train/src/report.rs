@@ -1,0 +1,181 @@
+//! A run's report: the loss and held-out curves as an SVG (drawn with plotters; text is laid out
+//! by the viewer, so no fonts are needed here) and a summary table.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::TrainError;
+use crate::metrics::{EvalMetrics, Record, StepMetrics};
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+fn plot_error(e: impl std::fmt::Display) -> TrainError {
+    TrainError::Config(format!("cannot draw the report: {e}"))
+}
+
+/// The training records and the evaluations of a metrics stream.
+pub fn split(records: &[Record]) -> (Vec<&StepMetrics>, Vec<&EvalMetrics>) {
+    let mut steps = Vec::new();
+    let mut evals = Vec::new();
+    for r in records {
+        match r {
+            Record::Train(s) => steps.push(s),
+            Record::Eval(e) => evals.push(e),
+        }
+    }
+    (steps, evals)
+}
+
+/// Draws the loss (and its moving average), held-out EM and format-error rate per mode against
+/// the step, into an SVG file.
+pub fn draw(records: &[Record], path: &Path) -> Result<(), TrainError> {
+    let (steps, evals) = split(records);
+    let root = SVGBackend::new(path, (1500, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let panels = root.split_evenly((1, 3));
+    let last_step = steps.last().map_or(1, |s| s.step).max(evals.last().map_or(1, |e| e.step)).max(1) as f64;
+
+    let max_loss = steps.iter().map(|s| s.loss).filter(|l| l.is_finite()).fold(0.0_f64, f64::max).max(1e-3);
+    let mut chart = ChartBuilder::on(&panels[0])
+        .caption("training loss (per assistant token)", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0f64..last_step, 0f64..max_loss * 1.05)
+        .map_err(plot_error)?;
+    chart.configure_mesh().x_desc("step").y_desc("loss").draw().map_err(plot_error)?;
+    chart
+        .draw_series(LineSeries::new(steps.iter().map(|s| (s.step as f64, s.loss)), COLORS[0].mix(0.35)))
+        .map_err(plot_error)?
+        .label("loss")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], COLORS[0].mix(0.35)));
+    let window = (steps.len() / 20).max(1);
+    let smooth: Vec<(f64, f64)> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let from = i.saturating_sub(window - 1);
+            let mean = steps[from..=i].iter().map(|s| s.loss).sum::<f64>() / (i - from + 1) as f64;
+            (s.step as f64, mean)
+        })
+        .collect();
+    chart
+        .draw_series(LineSeries::new(smooth, COLORS[0].stroke_width(2)))
+        .map_err(plot_error)?
+        .label(format!("mean of {window}"))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], COLORS[0].stroke_width(2)));
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(plot_error)?;
+
+    let modes: Vec<String> = evals
+        .iter()
+        .flat_map(|e| e.modes.keys().cloned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for (panel, (title, value)) in panels[1..].iter().zip([
+        ("held-out exact match", (|f: &crate::metrics::ModeFigures| f.em) as fn(&crate::metrics::ModeFigures) -> f64),
+        ("held-out format-error rate (turns)", |f| f.format_error_rate),
+    ]) {
+        let mut chart = ChartBuilder::on(panel)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0f64..last_step, 0f64..1.02)
+            .map_err(plot_error)?;
+        chart.configure_mesh().x_desc("step").draw().map_err(plot_error)?;
+        for (i, mode) in modes.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let points: Vec<(f64, f64)> =
+                evals.iter().filter_map(|e| e.modes.get(mode).map(|f| (e.step as f64, value(f)))).collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                .map_err(plot_error)?
+                .label(mode.as_str())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+            chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, color.filled()))).map_err(plot_error)?;
+        }
+        if !modes.is_empty() {
+            chart
+                .configure_series_labels()
+                .border_style(BLACK)
+                .background_style(WHITE.mix(0.8))
+                .position(SeriesLabelPosition::UpperRight)
+                .draw()
+                .map_err(plot_error)?;
+        }
+    }
+    root.present().map_err(plot_error)?;
+    Ok(())
+}
+
+/// A summary: steps, loss at the start and the end, throughput, and every mode's held-out
+/// figures before and after.
+pub fn summary(records: &[Record]) -> String {
+    let (steps, evals) = split(records);
+    let mut out = String::new();
+    if let (Some(first), Some(last)) = (steps.first(), steps.last()) {
+        let k = (steps.len() / 10).clamp(1, 20);
+        let mean = |s: &[&StepMetrics]| s.iter().map(|m| m.loss).sum::<f64>() / s.len().max(1) as f64;
+        let mut rates: Vec<f64> = steps.iter().map(|s| s.tokens_per_sec).collect();
+        rates.sort_by(f64::total_cmp);
+        let tokens: usize = steps.iter().map(|s| s.tokens).sum();
+        let _ = writeln!(
+            out,
+            "steps {}..{} · {:.2} epochs · {} tokens · loss {:.3} -> {:.3} (means of {k} steps) · median {:.0} tokens/s · {:.0} s",
+            first.step,
+            last.step,
+            last.epoch,
+            tokens,
+            mean(&steps[..k]),
+            mean(&steps[steps.len() - k..]),
+            rates[rates.len() / 2],
+            last.elapsed_s
+        );
+    }
+    if let (Some(before), Some(after)) = (evals.first(), evals.last()) {
+        let _ = writeln!(out, "held-out evaluation: step {} -> step {}", before.step, after.step);
+        let _ = writeln!(
+            out,
+            "{:<8} {:>13} {:>13} {:>13} {:>15} {:>13}",
+            "mode", "EM", "F1", "turns", "format errors", "answered"
+        );
+        let modes: BTreeMap<&String, ()> = after.modes.keys().map(|k| (k, ())).collect();
+        for mode in modes.keys() {
+            let (b, a) = (before.modes.get(*mode), &after.modes[*mode]);
+            let pair = |f: fn(&crate::metrics::ModeFigures) -> f64| match b {
+                Some(b) => format!("{:.3}->{:.3}", f(b), f(a)),
+                None => format!("{:.3}", f(a)),
+            };
+            let _ = writeln!(
+                out,
+                "{:<8} {:>13} {:>13} {:>13} {:>15} {:>13}",
+                mode,
+                pair(|f| f.em),
+                pair(|f| f.f1),
+                pair(|f| f.turns),
+                pair(|f| f.format_error_rate),
+                pair(|f| f.answered)
+            );
+        }
+        let families: BTreeMap<&String, Vec<f64>> =
+            after.modes.values().flat_map(|m| m.families.iter()).fold(BTreeMap::new(), |mut acc, (f, em)| {
+                acc.entry(f).or_default().push(*em);
+                acc
+            });
+        let row: Vec<String> =
+            families.iter().map(|(f, ems)| format!("{f} {:.2}", ems.iter().sum::<f64>() / ems.len() as f64)).collect();
+        let _ = writeln!(out, "after, EM by family (mean over modes): {}", row.join(" · "));
+    }
+    out
+}

@@ -1,0 +1,99 @@
+//! Supervised fine-tuning end to end on the library: the loss falls on real traces, held-out
+//! evaluation runs the agent loop, checkpoints restore the weights and moments they saved, and a
+//! non-finite loss stops the step.
+
+use std::sync::Arc;
+
+use toolsmith_agent::Mode;
+use toolsmith_agent::env::Corpus;
+use toolsmith_agent::tools::{Executor, LocalTools};
+use toolsmith_train::config::{EvalConfig, SftConfig, WorldsData};
+use toolsmith_train::metrics::{Record, read};
+use toolsmith_train::sft::{self, Event};
+
+fn tools(corpus: Arc<Corpus>) -> Arc<dyn Executor> {
+    Arc::new(LocalTools::new().with_corpus(corpus))
+}
+
+fn config() -> SftConfig {
+    SftConfig {
+        data: toolsmith_train::config::DataConfig {
+            files: Vec::new(),
+            worlds: WorldsData { seeds: vec![5], countries: 2, tasks_per_family: 1, styles: vec![Mode::Gap] },
+        },
+        steps: Some(16),
+        lr: 3e-3,
+        warmup_ratio: 0.1,
+        batch_tokens: 3000,
+        micro_batch_tokens: 3000,
+        device: "cpu".into(),
+        threads: 1,
+        eval: Some(EvalConfig {
+            world_seed: 77,
+            countries: 2,
+            tasks_per_family: 1,
+            modes: vec![Mode::Gap],
+            max_turns: 2,
+            max_tokens: 24,
+            parallel: 1,
+        }),
+        checkpoint_every: 8,
+        ..SftConfig::default()
+    }
+}
+
+#[test]
+fn the_loss_falls_and_evaluation_runs_before_and_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path().join("run");
+    let mut trainer = sft::prepare(config(), &run, false, &tools).expect("prepare");
+    let mut checkpoints = Vec::new();
+    let final_dir = trainer
+        .run(&mut |e| {
+            if let Event::Checkpoint { step, .. } = e {
+                checkpoints.push(step);
+            }
+        })
+        .expect("trains");
+    assert_eq!(checkpoints, vec![8, 16]);
+    let records = read(&run.join("metrics.jsonl")).expect("metrics");
+    let losses: Vec<f64> =
+        records.iter().filter_map(|r| if let Record::Train(s) = r { Some(s.loss) } else { None }).collect();
+    let evals: Vec<u64> =
+        records.iter().filter_map(|r| if let Record::Eval(e) = r { Some(e.step) } else { None }).collect();
+    assert_eq!(losses.len(), 16);
+    assert_eq!(evals, vec![0, 16]);
+    let (first, last) = (losses[..3].iter().sum::<f64>() / 3.0, losses[13..].iter().sum::<f64>() / 3.0);
+    println!("loss {first:.3} -> {last:.3}");
+    assert!(last < first * 0.7, "loss {first} -> {last}");
+    // The final policy loads as any checkpoint does.
+    let policy = toolsmith_policy::Policy::load(&final_dir, Default::default()).expect("loads");
+    assert_eq!(policy.state().step, 16);
+    // A second run into the same directory must be asked to resume.
+    let err = sft::prepare(config(), &run, false, &tools).expect_err("existing run");
+    assert!(err.to_string().contains("--resume"), "{err}");
+}
+
+#[test]
+fn the_held_out_world_must_not_be_a_training_world() {
+    let mut c = config();
+    c.data.worlds.seeds = vec![77];
+    let err = c.validate().expect_err("leak");
+    assert!(err.to_string().contains("measure memory"), "{err}");
+}
+
+#[test]
+fn unknown_config_keys_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sft.toml");
+    std::fs::write(&path, "steps = 3\nlearning_rate = 0.1\n").expect("write");
+    let err = SftConfig::from_file(&path).expect_err("unknown key").to_string();
+    assert!(err.contains("learning_rate") && err.contains("sft.toml"), "{err}");
+    std::fs::write(&path, "steps = 3\nlr = 0.01\n[optimizer]\nbeta2 = 0.99\n").expect("write");
+    let c = SftConfig::from_file(&path).expect("valid");
+    assert_eq!((c.steps, c.lr, c.optimizer.beta2), (Some(3), 0.01, 0.99));
+    let json = dir.path().join("sft.json");
+    std::fs::write(&json, r#"{"steps": 2, "eval": null, "data": {"files": ["a.jsonl"]}}"#).expect("write");
+    let c = SftConfig::from_file(&json).expect("json");
+    assert!(c.eval.is_none());
+}

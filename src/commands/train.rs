@@ -1,0 +1,224 @@
+//! `toolsmith train sft` and `toolsmith train report`: supervised fine-tuning of the policy and
+//! a run's curves.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use toolsmith_agent::env::Corpus;
+use toolsmith_agent::tools::{Executor, LocalTools};
+use toolsmith_host::{Limits, Toolbox};
+use toolsmith_train::config::SftConfig;
+use toolsmith_train::metrics::EvalMetrics;
+use toolsmith_train::{Event, metrics, report, sft};
+
+use super::Env;
+
+#[derive(Debug, Subcommand)]
+pub enum TrainCommand {
+    /// Supervised fine-tuning on chat traces, with observation masking and held-out evaluation.
+    Sft(SftArgs),
+    /// Draw a run's loss and held-out curves (SVG) and print its summary.
+    Report {
+        /// The run directory (`--out` of `train sft`).
+        run: PathBuf,
+        /// Where to write the picture [default: RUN/report.svg].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Print the JSON Schema of the `train sft` config file.
+    Schema,
+}
+
+#[derive(Debug, Args)]
+pub struct SftArgs {
+    /// The run directory: config, metrics, checkpoints, and the final policy in RUN/final.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A config file (TOML or JSON; schema: `toolsmith train schema`). Flags override it.
+    #[arg(long, conflicts_with = "preset")]
+    pub config: Option<PathBuf>,
+    /// A preset: tiny-world (the tiny policy on four training worlds, held-out world 1000).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// JSON-lines chat files (repeatable) [default: oracle traces of generated worlds].
+    #[arg(long = "data")]
+    pub data: Vec<PathBuf>,
+    /// Seeds of the generated training worlds (comma-separated) when no --data is given.
+    #[arg(long, value_delimiter = ',')]
+    pub train_worlds: Vec<u64>,
+    /// `tiny` or a checkpoint directory.
+    #[arg(long)]
+    pub init: Option<String>,
+    /// Passes over the data.
+    #[arg(long)]
+    pub epochs: Option<f64>,
+    /// Optimiser steps (overrides --epochs).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Tokens per optimiser step.
+    #[arg(long)]
+    pub batch_tokens: Option<usize>,
+    /// Padded tokens per forward/backward pass (bounds memory).
+    #[arg(long)]
+    pub micro_batch_tokens: Option<usize>,
+    /// Seed of the weights (tiny) and the data order.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// auto, cpu, cuda or cuda:N.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// CPU threads for libtorch (0: its default).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Held-out evaluation every N steps (besides before and after).
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Tasks per family of the held-out world.
+    #[arg(long)]
+    pub eval_tasks: Option<usize>,
+    /// No held-out evaluation.
+    #[arg(long)]
+    pub no_eval: bool,
+    /// A checkpoint every N steps.
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+pub fn run(env: &Env, cmd: TrainCommand) -> Result<ExitCode> {
+    match cmd {
+        TrainCommand::Sft(args) => sft_command(env, args),
+        TrainCommand::Report { run, out } => report_command(&run, out),
+        TrainCommand::Schema => {
+            super::print_json(&toolsmith_train::config::schema())?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Settings: the saved run's (when resuming), a preset or a file, then the flags on top.
+fn resolve(args: &SftArgs) -> Result<SftConfig> {
+    let saved = args.out.join("config.json");
+    let mut config = match (&args.preset, &args.config) {
+        (Some(p), _) => SftConfig::preset(p)?,
+        (None, Some(file)) => SftConfig::from_file(file)?,
+        (None, None) if args.resume && saved.exists() => SftConfig::from_file(&saved)?,
+        (None, None) => SftConfig::default(),
+    };
+    if !args.data.is_empty() {
+        config.data.files = args.data.clone();
+    }
+    if !args.train_worlds.is_empty() {
+        config.data.worlds.seeds = args.train_worlds.clone();
+    }
+    macro_rules! set {
+        ($($flag:ident => $field:ident),*) => {$(if let Some(v) = args.$flag.clone() { config.$field = v; })*};
+    }
+    set!(init => init, epochs => epochs, lr => lr, batch_tokens => batch_tokens,
+         micro_batch_tokens => micro_batch_tokens, seed => seed, device => device, threads => threads,
+         eval_every => eval_every, checkpoint_every => checkpoint_every);
+    if let Some(steps) = args.steps {
+        config.steps = Some(steps);
+    } else if args.epochs.is_some() {
+        config.steps = None;
+    }
+    if args.no_eval {
+        config.eval = None;
+    }
+    if let (Some(n), Some(eval)) = (args.eval_tasks, config.eval.as_mut()) {
+        eval.tasks_per_family = n;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
+    let config = resolve(&args)?;
+    // The sandbox and the Python guest load only when data synthesis or evaluation needs tools.
+    let toolbox: OnceLock<Option<Toolbox>> = OnceLock::new();
+    let tools_for = |corpus: Arc<Corpus>| -> Arc<dyn Executor> {
+        let toolbox = toolbox.get_or_init(|| {
+            env.toolbox_maybe_python("create_and_execute_mcp (SEARL traces and evaluation) is")
+                .map_err(|e| tracing::warn!("the bundled plugins are unavailable: {e:#}"))
+                .ok()
+        });
+        let tools = LocalTools::new().with_corpus(corpus);
+        Arc::new(match toolbox {
+            Some(t) => tools.with_toolbox(t.clone(), Limits::default()),
+            None => tools,
+        })
+    };
+    let spinner = super::tools::spinner("preparing the policy and the data");
+    let trainer = sft::prepare(config, &args.out, args.resume, &tools_for);
+    spinner.finish_and_clear();
+    let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.out.display()))?;
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("{bar:30} step {pos}/{len} · {msg} · {elapsed} (eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut on_event = |event: Event<'_>| match event {
+        Event::Data { sequences, tokens, trained_tokens } => bar.println(format!(
+            "data: {sequences} sequences, {tokens} tokens, {trained_tokens} trained ({:.1}% assistant tokens)",
+            100.0 * trained_tokens as f64 / tokens.max(1) as f64
+        )),
+        Event::Started { step, total } => {
+            bar.set_length(total);
+            bar.set_position(step);
+            bar.reset_eta();
+            if step > 0 {
+                bar.println(format!("resumed at step {step} of {total}"));
+            }
+        }
+        Event::Step(m) => {
+            bar.set_position(m.step);
+            bar.set_message(format!(
+                "loss {:.3} · lr {:.2e} · |g| {:.2} · {:.0} tok/s",
+                m.loss, m.lr, m.grad_norm, m.tokens_per_sec
+            ));
+        }
+        Event::EvalStarted { step } => bar.set_message(format!("held-out evaluation at step {step}…")),
+        Event::Eval(e) => bar.println(eval_line(e)),
+        Event::Checkpoint { step, dir } => {
+            tracing::info!(step, dir = %dir.display(), "checkpoint");
+        }
+    };
+    let result = trainer.run(&mut on_event);
+    bar.finish_and_clear();
+    let final_dir = result.context("training failed")?;
+    let records = metrics::read(&args.out.join(metrics::METRICS_FILE))?;
+    print!("{}", report::summary(&records));
+    println!("policy: {} (e.g. toolsmith eval --policy {})", final_dir.display(), final_dir.display());
+    println!("curves: toolsmith train report {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn eval_line(e: &EvalMetrics) -> String {
+    let modes: Vec<String> = e
+        .modes
+        .iter()
+        .map(|(m, f)| format!("{m} EM {:.2} fmt-err {:.2} turns {:.1}", f.em, f.format_error_rate, f.turns))
+        .collect();
+    format!("held-out @ step {}: {} ({:.0} s)", e.step, modes.join(" · "), e.seconds)
+}
+
+fn report_command(run: &Path, out: Option<PathBuf>) -> Result<ExitCode> {
+    let path = run.join(metrics::METRICS_FILE);
+    let records = metrics::read(&path).with_context(|| format!("cannot read the metrics of {}", run.display()))?;
+    if records.is_empty() {
+        bail!("{} has no metrics yet", path.display());
+    }
+    let out = out.unwrap_or_else(|| run.join("report.svg"));
+    report::draw(&records, &out)?;
+    print!("{}", report::summary(&records));
+    println!("curves: {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}

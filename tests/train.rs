@@ -1,0 +1,228 @@
+//! `toolsmith train` through the binary: a run killed with SIGKILL resumes to the same loss curve
+//! and the same weights; bad data, configs, checkpoints and a failing disk are clear errors that
+//! leave no half-written checkpoint; the report draws the curves.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn toolsmith() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_toolsmith"));
+    c.env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
+        .env("TOOLSMITH_REGISTRY", Path::new(env!("CARGO_TARGET_TMPDIR")).join("train-registry.db"));
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    toolsmith().args(args).output().expect("run toolsmith")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn failed(out: &Output) -> String {
+    assert!(!out.status.success(), "expected a failure; stdout: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Oracle traces of a small world (react and gap styles).
+fn traces(dir: &Path) -> PathBuf {
+    let path = dir.join("traces.jsonl");
+    let p = path.to_str().expect("utf-8");
+    ok(&run(&[
+        "world",
+        "traces",
+        "--seed",
+        "5",
+        "--countries",
+        "2",
+        "--tasks-per-family",
+        "1",
+        "--style",
+        "gap",
+        "--style",
+        "react",
+        "--out",
+        p,
+    ]));
+    path
+}
+
+fn losses(run_dir: &Path) -> Vec<(u64, f64)> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .expect("metrics")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+        .filter(|v| v["kind"] == "train")
+        .map(|v| (v["step"].as_u64().expect("step"), v["loss"].as_f64().expect("loss")))
+        .collect()
+}
+
+fn sft_args<'a>(data: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "train",
+        "sft",
+        "--data",
+        data,
+        "--out",
+        out,
+        "--steps",
+        "10",
+        "--batch-tokens",
+        "2500",
+        "--micro-batch-tokens",
+        "2500",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--no-eval",
+        "--checkpoint-every",
+        "3",
+        "--seed",
+        "3",
+        "--lr",
+        "3e-3",
+    ]
+}
+
+#[test]
+fn a_killed_run_resumes_to_the_same_loss_curve_and_weights() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = traces(dir.path());
+    let data = data.to_str().expect("utf-8");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let (a_str, b_str) = (a.to_str().expect("utf-8"), b.to_str().expect("utf-8"));
+    let summary = ok(&run(&sft_args(data, a_str)));
+    assert!(summary.contains("loss"), "{summary}");
+    let uninterrupted = losses(&a);
+    assert_eq!(uninterrupted.len(), 10);
+
+    let mut child =
+        toolsmith().args(sft_args(data, b_str)).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
+    let started = Instant::now();
+    loop {
+        let done = std::fs::read_to_string(b.join("metrics.jsonl")).map(|t| t.lines().count()).unwrap_or(0);
+        if done >= 5 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "the run made no progress");
+        assert!(child.try_wait().expect("wait").is_none(), "the run ended before it was killed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    let killed_at = losses(&b).len();
+    assert!(killed_at < 10, "killed after {killed_at} steps");
+
+    let mut resume = sft_args(data, b_str);
+    resume.push("--resume");
+    let out = ok(&run(&resume));
+    assert!(out.contains("loss"), "{out}");
+    let resumed = losses(&b);
+    // Bitwise: same data order, same moments, same schedule position, one thread.
+    assert_eq!(resumed, uninterrupted, "killed after {killed_at} steps");
+    let weights = |d: &Path| std::fs::read(d.join("final/model.safetensors")).expect("weights");
+    assert!(weights(&a) == weights(&b), "final weights differ");
+    // Nothing partial is left, and only the newest checkpoints are kept.
+    let entries: Vec<String> = std::fs::read_dir(b.join("checkpoints"))
+        .expect("checkpoints")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(entries.iter().all(|e| !e.contains("partial")), "{entries:?}");
+    assert!(entries.contains(&"step-00000010".to_string()), "{entries:?}");
+
+    // The report draws the curves and prints the summary.
+    let out = ok(&run(&["train", "report", a_str]));
+    assert!(out.contains("loss"), "{out}");
+    let svg = std::fs::read_to_string(a.join("report.svg")).expect("svg");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("training loss") && svg.contains("<polyline"),
+        "{}",
+        &svg[..200.min(svg.len())]
+    );
+
+    // A checkpoint paired with another tokenizer is refused.
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir_all(&foreign).expect("mkdir");
+    for f in std::fs::read_dir(a.join("final")).expect("final") {
+        let f = f.expect("entry").path();
+        std::fs::copy(&f, foreign.join(f.file_name().expect("name"))).expect("copy");
+    }
+    let tokenizer = foreign.join("tokenizer.json");
+    let text = std::fs::read_to_string(&tokenizer).expect("tokenizer");
+    std::fs::write(&tokenizer, format!("{text} ")).expect("write");
+    let c = dir.path().join("c");
+    let mut args = sft_args(data, c.to_str().expect("utf-8"));
+    args.extend(["--init", foreign.to_str().expect("utf-8")]);
+    let err = failed(&run(&args));
+    assert!(err.contains("not the tokenizer this checkpoint was trained with"), "{err}");
+}
+
+#[test]
+fn bad_data_and_configs_name_the_file_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = traces(dir.path());
+    let first = std::fs::read_to_string(&data).expect("data").lines().next().expect("a line").to_string();
+    let cases = [
+        ("{\"messages\": [", "not JSON"),
+        (r#"{"messages": [{"role": "oracle", "content": "x"}]}"#, "unknown role"),
+        (
+            r#"{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": " "}]}"#,
+            "empty assistant turn",
+        ),
+    ];
+    for (i, (bad, expected)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.jsonl"));
+        std::fs::write(&path, format!("{first}\n{bad}\n")).expect("write");
+        let out = dir.path().join(format!("run{i}"));
+        let err = failed(&run(&sft_args(path.to_str().expect("utf-8"), out.to_str().expect("utf-8"))));
+        assert!(err.contains(&format!("bad{i}.jsonl:2: ")) && err.contains(expected), "{err}");
+    }
+    // A sequence past the model's context names its line.
+    let config = dir.path().join("short.toml");
+    std::fs::write(&config, "tiny_context = 128\n").expect("write");
+    let out = dir.path().join("short");
+    let mut args = sft_args(data.to_str().expect("utf-8"), out.to_str().expect("utf-8"));
+    args.extend(["--config", config.to_str().expect("utf-8")]);
+    let err = failed(&run(&args));
+    assert!(err.contains("traces.jsonl:1: ") && err.contains("longer than the model's context of 128"), "{err}");
+    // An unknown key in the config file.
+    std::fs::write(&config, "step = 3\n").expect("write");
+    let err = failed(&run(&args));
+    assert!(err.contains("unknown field `step`") && err.contains("short.toml"), "{err}");
+}
+
+#[test]
+fn a_checkpoint_that_cannot_be_written_leaves_nothing_half_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = traces(dir.path());
+    let out = dir.path().join("full");
+    let args = sft_args(data.to_str().expect("utf-8"), out.to_str().expect("utf-8"));
+    // Files may not grow past 4 MiB (the weights are ~15 MB): the write fails as on a full disk.
+    let script = format!("trap '' XFSZ; ulimit -f 4096; exec \"$0\" {}", args.join(" "));
+    let result = Command::new("bash")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_toolsmith")])
+        .env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
+        .output()
+        .expect("bash");
+    let err = failed(&result);
+    assert!(err.contains("File too large") && err.contains(".partial"), "{err}");
+    let left: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
+        .expect("checkpoints")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // The metrics of the steps before the failure are intact.
+    assert_eq!(losses(&out).len(), 3);
+}
