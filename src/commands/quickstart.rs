@@ -369,7 +369,7 @@ fn training_section(env: &Env) -> Result<()> {
     let mut trainer = sft::prepare(config, &out, false, &tools_for)?;
     let (mut losses, mut rates) = (Vec::new(), Vec::new());
     let final_dir = trainer.run(&mut |e| match e {
-        Event::Data { sequences, tokens, trained_tokens } => println!(
+        Event::Data { sequences, tokens, trained_tokens, .. } => println!(
             "  data              -> {sequences} oracle traces of world 5 (gap style): {tokens} tokens, {:.0}% of them the assistant's (the loss); observations masked",
             100.0 * trained_tokens as f64 / tokens.max(1) as f64
         ),

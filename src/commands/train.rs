@@ -165,9 +165,11 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
         ProgressStyle::with_template("{bar:30} step {pos}/{len} · {msg} · {elapsed} (eta {eta})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    // Lines above the bar, or plain lines when there is no terminal (the bar is hidden).
+    let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
     let mut on_event = |event: Event<'_>| match event {
-        Event::Data { sequences, tokens, trained_tokens } => bar.println(format!(
-            "data: {sequences} sequences, {tokens} tokens, {trained_tokens} trained ({:.1}% assistant tokens)",
+        Event::Data { sequences, tokens, trained_tokens, longest } => say(format!(
+            "data: {sequences} sequences, {tokens} tokens (longest {longest}), {trained_tokens} trained ({:.1}% assistant tokens)",
             100.0 * trained_tokens as f64 / tokens.max(1) as f64
         )),
         Event::Started { step, total } => {
@@ -175,7 +177,7 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
             bar.set_position(step);
             bar.reset_eta();
             if step > 0 {
-                bar.println(format!("resumed at step {step} of {total}"));
+                say(format!("resumed at step {step} of {total}"));
             }
         }
         Event::Step(m) => {
@@ -186,7 +188,7 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
             ));
         }
         Event::EvalStarted { step } => bar.set_message(format!("held-out evaluation at step {step}…")),
-        Event::Eval(e) => bar.println(eval_line(e)),
+        Event::Eval(e) => say(eval_line(e)),
         Event::Checkpoint { step, dir } => {
             tracing::info!(step, dir = %dir.display(), "checkpoint");
         }

@@ -36,6 +36,8 @@ pub enum Event<'a> {
         tokens: usize,
         /// Tokens in the loss.
         trained_tokens: usize,
+        /// The longest sequence.
+        longest: usize,
     },
     /// Training starts (at a step above 0 when resumed).
     Started {
@@ -342,7 +344,8 @@ impl SftTrainer {
     pub fn run(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<PathBuf, TrainError> {
         let tokens: usize = self.data.iter().map(TrainSequence::len).sum();
         let trained_tokens: usize = self.data.iter().map(TrainSequence::trained_tokens).sum();
-        on_event(Event::Data { sequences: self.data.len(), tokens, trained_tokens });
+        let longest = self.data.iter().map(TrainSequence::len).max().unwrap_or(0);
+        on_event(Event::Data { sequences: self.data.len(), tokens, trained_tokens, longest });
         on_event(Event::Started { step: self.state.step, total: self.schedule.total });
         if self.state.step == 0 {
             self.evaluate(on_event)?;
