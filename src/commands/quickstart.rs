@@ -381,8 +381,8 @@ fn training_section(env: &Env) -> Result<()> {
     })?;
     rates.sort_by(f64::total_cmp);
     println!(
-        "  {} AdamW steps     -> loss per assistant token {:.2} -> {:.2} (warm-up + cosine, {:.0} tokens/s)",
-        losses.len(),
+        "  {:<17} -> loss per assistant token {:.2} -> {:.2} (warm-up + cosine, {:.0} tokens/s)",
+        format!("{} AdamW steps", losses.len()),
         losses.first().copied().unwrap_or_default(),
         losses.last().copied().unwrap_or_default(),
         rates.get(rates.len() / 2).copied().unwrap_or_default()

@@ -20,7 +20,7 @@ use super::Env;
 #[derive(Debug, Subcommand)]
 pub enum TrainCommand {
     /// Supervised fine-tuning on chat traces, with observation masking and held-out evaluation.
-    Sft(SftArgs),
+    Sft(Box<SftArgs>),
     /// Draw a run's loss and held-out curves (SVG) and print its summary.
     Report {
         /// The run directory (`--out` of `train sft`).
@@ -96,7 +96,7 @@ pub struct SftArgs {
 
 pub fn run(env: &Env, cmd: TrainCommand) -> Result<ExitCode> {
     match cmd {
-        TrainCommand::Sft(args) => sft_command(env, args),
+        TrainCommand::Sft(args) => sft_command(env, *args),
         TrainCommand::Report { run, out } => report_command(&run, out),
         TrainCommand::Schema => {
             super::print_json(&toolsmith_train::config::schema())?;

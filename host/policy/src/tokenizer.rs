@@ -47,6 +47,9 @@ const CONTROL_TOKENS: &[&str] = &[END_OF_TEXT, IM_START, IM_END];
 /// ChatML, as Qwen2 writes it; stored in `tokenizer_config.json` for other tools to use.
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/// A token's byte range in the text it was encoded from.
+pub type Span = (usize, usize);
+
 /// A tokenizer with the special tokens the policy needs.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
@@ -106,7 +109,7 @@ impl Tokenizer {
 
     /// Encodes `text` and gives each token's byte range in it (added tokens included), so a
     /// caller can map spans of the text, such as an assistant's turn, to token positions.
-    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<i64>, Vec<(usize, usize)>), PolicyError> {
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<i64>, Vec<Span>), PolicyError> {
         let encoding = self.inner.encode(text, false).map_err(|e| tokenizer_error("encode", e))?;
         let ids = encoding.get_ids().iter().map(|&id| i64::from(id)).collect();
         Ok((ids, encoding.get_offsets().to_vec()))

@@ -92,7 +92,7 @@ impl Default for SftConfig {
 }
 
 /// The training data.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataConfig {
     /// JSON-lines chat files (`toolsmith world traces` output or OpenAI-style `messages`). When
@@ -102,11 +102,6 @@ pub struct DataConfig {
     pub worlds: WorldsData,
 }
 
-impl Default for DataConfig {
-    fn default() -> Self {
-        DataConfig { files: Vec::new(), worlds: WorldsData::default() }
-    }
-}
 
 /// Oracle traces of worlds generated from several seeds: the training split. The held-out world
 /// ([`EvalConfig::world_seed`]) must not be among them.
@@ -213,7 +208,7 @@ impl SftConfig {
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return bad("lr must be a positive number");
         }
-        if self.steps == Some(0) || (self.steps.is_none() && !(self.epochs > 0.0)) {
+        if self.steps == Some(0) || (self.steps.is_none() && self.epochs.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)) {
             return bad("train for at least one step (steps > 0 or epochs > 0)");
         }
         if self.batch_tokens == 0 || self.micro_batch_tokens == 0 {

@@ -149,7 +149,7 @@ impl AdamW {
                 let denom = (p.v.sqrt() / bias2_sqrt) + c.eps;
                 let _ = target.g_sub_(&(&p.m / denom * (lr / bias1)));
                 if let Some(master) = &p.master {
-                    let _ = p.var.copy_(master);
+                    p.var.copy_(master);
                 }
             }
         });

@@ -384,10 +384,10 @@ impl SftTrainer {
             self.metrics.write(&Record::Train(metrics.clone()))?;
             on_event(Event::Step(&metrics));
             let last = self.state.step == self.schedule.total;
-            if self.config.eval_every > 0 && self.state.step % self.config.eval_every == 0 && !last {
+            if self.config.eval_every > 0 && self.state.step.is_multiple_of(self.config.eval_every) && !last {
                 self.evaluate(on_event)?;
             }
-            if self.state.step % self.config.checkpoint_every == 0 && !last {
+            if self.state.step.is_multiple_of(self.config.checkpoint_every) && !last {
                 self.checkpoint(on_event)?;
             }
         }
