@@ -102,7 +102,6 @@ pub struct DataConfig {
     pub worlds: WorldsData,
 }
 
-
 /// Oracle traces of worlds generated from several seeds: the training split. The held-out world
 /// ([`EvalConfig::world_seed`]) must not be among them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -208,7 +207,9 @@ impl SftConfig {
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return bad("lr must be a positive number");
         }
-        if self.steps == Some(0) || (self.steps.is_none() && self.epochs.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)) {
+        if self.steps == Some(0)
+            || (self.steps.is_none() && self.epochs.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater))
+        {
             return bad("train for at least one step (steps > 0 or epochs > 0)");
         }
         if self.batch_tokens == 0 || self.micro_batch_tokens == 0 {

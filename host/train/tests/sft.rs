@@ -97,3 +97,28 @@ fn unknown_config_keys_are_refused() {
     let c = SftConfig::from_file(&json).expect("json");
     assert!(c.eval.is_none());
 }
+
+#[test]
+fn a_non_finite_loss_stops_the_step_and_keeps_the_last_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path().join("run");
+    // A learning rate this large sends the weights past float range within a few steps.
+    let config =
+        SftConfig { lr: 1e30, warmup_ratio: 0.0, max_grad_norm: 0.0, checkpoint_every: 1, eval: None, ..config() };
+    let mut trainer = sft::prepare(config, &run, false, &tools).expect("prepare");
+    let mut steps = 0;
+    let err = trainer
+        .run(&mut |e| {
+            if let Event::Step(_) = e {
+                steps += 1;
+            }
+        })
+        .expect_err("diverges");
+    let message = err.to_string();
+    assert!(message.contains("is not finite") && message.contains("last checkpoint is kept"), "{message}");
+    // Every completed step was checkpointed; the failed one left nothing behind.
+    let latest = std::fs::read_to_string(run.join("checkpoints/latest")).expect("latest");
+    assert_eq!(latest.trim(), format!("step-{steps:08}"));
+    let policy = toolsmith_policy::Policy::load(&run.join("checkpoints").join(latest.trim()), Default::default());
+    assert!(policy.is_ok(), "the last good checkpoint loads");
+}
