@@ -465,6 +465,14 @@ pub fn prepare(
     }
     let options = load_options(&config)?;
     let run = RunDir::create(out)?;
+    let resume = resume && {
+        let found = run.has_checkpoint();
+        if !found {
+            // Killed before its first checkpoint: there is nothing to continue, so start over.
+            tracing::warn!(run = %out.display(), "no checkpoint to resume from yet; starting from the beginning");
+        }
+        found
+    };
     let (policy, resumed) = if resume {
         let restored = run.restore(options)?;
         (restored.policy, Some((restored.state, restored.dir)))
