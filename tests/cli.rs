@@ -1,5 +1,9 @@
 //! End-to-end tests through the `toolsmith` binary.
 
+mod common;
+
+use common::ok;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -17,17 +21,6 @@ fn toolsmith_in(registry: &Path, args: &[&str]) -> Output {
         .env("TOOLSMITH_REGISTRY", registry)
         .output()
         .expect("run toolsmith")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn stdout_json(out: &Output) -> Value {

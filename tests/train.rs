@@ -2,6 +2,10 @@
 //! and the same weights; bad data, configs, checkpoints and a failing disk are clear errors that
 //! leave no half-written checkpoint; the report draws the curves.
 
+mod common;
+
+use common::ok;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -17,17 +21,6 @@ fn toolsmith() -> Command {
 
 fn run(args: &[&str]) -> Output {
     toolsmith().args(args).output().expect("run toolsmith")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn failed(out: &Output) -> String {
