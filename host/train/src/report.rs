@@ -53,7 +53,13 @@ pub fn draw(records: &[Record], path: &Path) -> Result<(), TrainError> {
         .y_label_area_size(48)
         .build_cartesian_2d(0f64..last_step, 0f64..max_loss * 1.05)
         .map_err(plot_error)?;
-    chart.configure_mesh().x_desc("step").y_desc("loss").draw().map_err(plot_error)?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc("loss")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()
+        .map_err(plot_error)?;
     chart
         .draw_series(LineSeries::new(steps.iter().map(|s| (s.step as f64, s.loss)), COLORS[0].mix(0.35)))
         .map_err(plot_error)?
@@ -93,7 +99,7 @@ pub fn draw(records: &[Record], path: &Path) -> Result<(), TrainError> {
             .y_label_area_size(48)
             .build_cartesian_2d(0f64..last_step, 0f64..1.02)
             .map_err(plot_error)?;
-        chart.configure_mesh().x_desc("step").draw().map_err(plot_error)?;
+        chart.configure_mesh().x_desc("step").x_label_formatter(&|x| format!("{x:.0}")).draw().map_err(plot_error)?;
         for (i, mode) in modes.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             let points: Vec<(f64, f64)> =
