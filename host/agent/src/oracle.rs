@@ -75,6 +75,12 @@ fn progress(text: &str) -> Option<usize> {
     rest.split('/').next()?.trim().parse().ok()
 }
 
+/// What a step does, once its dependencies are known (task files written before `action`
+/// existed have only the plan-time description).
+fn action(step: &Step) -> &str {
+    if step.action.is_empty() { &step.description } else { &step.action }
+}
+
 fn call(step: &Step) -> String {
     let body = json!({"name": "search", "arguments": {"query": step.query}});
     format!("<tool_call>{body}</tool_call>")
@@ -153,7 +159,7 @@ fn script(task: &Task, solution: &Solution, style: Mode) -> Vec<String> {
             let total = flat.len() + 1;
             for (i, step) in flat.iter().enumerate() {
                 let memory = if style == Mode::Mem { mem(i, total, &known) } else { String::new() };
-                turns.push(format!("{memory}<think>{}.</think>\n{}", step.description, call(step)));
+                turns.push(format!("{memory}<think>{}.</think>\n{}", action(step), call(step)));
                 known.push(step);
             }
             let memory = if style == Mode::Mem { mem(flat.len(), total, &known) } else { String::new() };
@@ -162,7 +168,7 @@ fn script(task: &Task, solution: &Solution, style: Mode) -> Vec<String> {
         Mode::Gap | Mode::Searl => {
             for (i, level) in levels.iter().enumerate() {
                 let calls: Vec<String> = level.iter().map(|s| call(s)).collect();
-                let what: Vec<&str> = level.iter().map(|s| s.description.as_str()).collect();
+                let what: Vec<&str> = level.iter().map(|s| action(s)).collect();
                 let mut text = format!("<think>{}.</think>\n", what.join("; "));
                 if i == 0 {
                     let written = match (style, &solution.compute) {

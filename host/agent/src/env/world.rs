@@ -41,6 +41,18 @@ pub enum EntityKind {
     Company,
 }
 
+impl EntityKind {
+    /// The kind as a noun: `person`, `city`, `country`, `company`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            EntityKind::Person => "person",
+            EntityKind::City => "city",
+            EntityKind::Country => "country",
+            EntityKind::Company => "company",
+        }
+    }
+}
+
 /// One entity: a name, a kind and its facts (attribute or relation name to value; a relation's
 /// value is another entity's name).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -153,8 +165,12 @@ impl Family {
 pub struct Step {
     /// "1", "2", ...
     pub id: String,
-    /// What the step finds, in words (the plan's task text).
+    /// What the step finds, in words known when the plan is written (the plan's task text): a
+    /// step that depends on another refers to that step's result, not to its value.
     pub description: String,
+    /// The same once the dependencies' results are known, naming the entity searched for.
+    #[serde(default)]
+    pub action: String,
     /// The search query.
     pub query: String,
     /// Ids of steps whose findings the query needs.
@@ -407,21 +423,33 @@ impl World {
     fn lookup(&self, id: usize, entity: &Entity, key: &str, depends_on: Vec<String>) -> (Step, String) {
         let value = entity.text(key);
         let n = &entity.name;
-        let (what, fact) = match key {
-            "born_in" => (format!("the city where {n} was born"), format!("{n} was born in {value}")),
-            "birth_year" => (format!("the year {n} was born"), format!("{n} was born in {value}")),
-            "founded" => (format!("the year {n} was founded"), format!("{n} was founded in {value}")),
-            "founder" => (format!("who founded {n}"), format!("{n} was founded by {value}")),
-            "country" => (format!("the country {n} is in"), format!("{n} is in {value}")),
-            "works_for" => (format!("the company {n} works for"), format!("{n} works for {value}")),
-            other => {
-                let words = other.replace('_', " ");
-                (format!("the {words} of {n}"), format!("the {words} of {n} is {value}"))
-            }
+        // A step that depends on another cannot name its entity yet: the plan is written before
+        // the earlier step's search, so it refers to that step's result instead.
+        let subject = match depends_on.first() {
+            Some(d) => format!("the {} from task {d}", entity.kind.noun()),
+            None => n.clone(),
+        };
+        let describe = |s: &str| match key {
+            "born_in" => format!("the city where {s} was born"),
+            "birth_year" => format!("the year {s} was born"),
+            "founded" => format!("the year {s} was founded"),
+            "founder" => format!("who founded {s}"),
+            "country" => format!("the country {s} is in"),
+            "works_for" => format!("the company {s} works for"),
+            other => format!("the {} of {s}", other.replace('_', " ")),
+        };
+        let fact = match key {
+            "born_in" | "birth_year" => format!("{n} was born in {value}"),
+            "founded" => format!("{n} was founded in {value}"),
+            "founder" => format!("{n} was founded by {value}"),
+            "country" => format!("{n} is in {value}"),
+            "works_for" => format!("{n} works for {value}"),
+            other => format!("the {} of {n} is {value}", other.replace('_', " ")),
         };
         let step = Step {
             id: id.to_string(),
-            description: format!("Find {what}"),
+            description: format!("Find {}", describe(&subject)),
+            action: format!("Find {}", describe(n)),
             query: entity.name.clone(),
             depends_on,
             finding: fact,
