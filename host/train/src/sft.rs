@@ -159,6 +159,32 @@ pub fn build_sequences(builder: &SequenceBuilder, chats: &[(Source, Chat)]) -> R
         .collect()
 }
 
+/// A walk through the data, epoch by epoch, each in its own seeded order.
+struct Walk {
+    seed: u64,
+    epoch: u64,
+    cursor: usize,
+    order: Vec<usize>,
+}
+
+impl Walk {
+    fn at(seed: u64, epoch: u64, cursor: usize, n: usize) -> Self {
+        Walk { seed, epoch, cursor, order: order(seed, epoch, n) }
+    }
+
+    /// The next batch of at most `budget` tokens (an epoch's end closes a batch).
+    fn next(&mut self, data: &[TrainSequence], budget: usize) -> Vec<usize> {
+        if self.cursor >= self.order.len() {
+            self.epoch += 1;
+            self.cursor = 0;
+            self.order = order(self.seed, self.epoch, self.order.len());
+        }
+        let batch = next_batch(data, &self.order, self.cursor, budget);
+        self.cursor += batch.len();
+        batch
+    }
+}
+
 /// A supervised run.
 pub struct SftTrainer {
     config: SftConfig,
@@ -313,20 +339,12 @@ impl SftTrainer {
     /// The next `steps` batches, as sequence indices in the order the step feeds them to the
     /// model, without training (for a reference implementation to take the same steps).
     pub fn batch_plan(&self, steps: u64) -> Vec<Vec<usize>> {
-        let (mut epoch, mut cursor) = (self.state.epoch, self.state.cursor);
-        let mut epoch_order = order(self.state.seed, epoch, self.data.len());
-        let mut plan = Vec::new();
-        for _ in 0..steps {
-            if cursor >= epoch_order.len() {
-                epoch += 1;
-                cursor = 0;
-                epoch_order = order(self.state.seed, epoch, self.data.len());
-            }
-            let batch = next_batch(&self.data, &epoch_order, cursor, self.config.batch_tokens);
-            cursor += batch.len();
-            plan.push(self.arrange(batch));
-        }
-        plan
+        let mut walk = self.walk();
+        (0..steps).map(|_| self.arrange(walk.next(&self.data, self.config.batch_tokens))).collect()
+    }
+
+    fn walk(&self) -> Walk {
+        Walk::at(self.state.seed, self.state.epoch, self.state.cursor, self.data.len())
     }
 
     /// A batch in the order it is fed: longest first, so similar lengths share micro-batches
@@ -352,21 +370,16 @@ impl SftTrainer {
         }
         let started = Instant::now();
         let elapsed_before = self.state.elapsed_s;
-        let mut epoch_order = order(self.state.seed, self.state.epoch, self.data.len());
+        let mut walk = self.walk();
         while self.state.step < self.schedule.total {
             if self.cancel.load(Ordering::Relaxed) {
                 self.checkpoint(on_event)?;
                 return Err(TrainError::Cancelled);
             }
-            if self.state.cursor >= epoch_order.len() {
-                self.state.epoch += 1;
-                self.state.cursor = 0;
-                epoch_order = order(self.state.seed, self.state.epoch, self.data.len());
-            }
-            let batch = self.arrange(next_batch(&self.data, &epoch_order, self.state.cursor, self.config.batch_tokens));
+            let batch = self.arrange(walk.next(&self.data, self.config.batch_tokens));
             let step_started = Instant::now();
             let (loss, grad_norm, lr, batch_tokens, batch_trained) = self.step(&batch)?;
-            self.state.cursor += batch.len();
+            (self.state.epoch, self.state.cursor) = (walk.epoch, walk.cursor);
             self.state.step += 1;
             self.state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
             let seconds = step_started.elapsed().as_secs_f64();
