@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result, bail};
@@ -193,14 +194,40 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
             tracing::info!(step, dir = %dir.display(), "checkpoint");
         }
     };
+    stop_on_ctrl_c(trainer.cancel_flag());
     let result = trainer.run(&mut on_event);
     bar.finish_and_clear();
+    if let Err(toolsmith_train::TrainError::Cancelled) = result {
+        eprintln!(
+            "stopped at step {} with a checkpoint; continue with --resume --out {}",
+            trainer.state().step,
+            args.out.display()
+        );
+        return Ok(ExitCode::from(130));
+    }
     let final_dir = result.context("training failed")?;
     let records = metrics::read(&args.out.join(metrics::METRICS_FILE))?;
     print!("{}", report::summary(&records));
     println!("policy: {} (e.g. toolsmith eval --policy {})", final_dir.display(), final_dir.display());
     println!("curves: toolsmith train report {}", args.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The first Ctrl-C stops training after the current step, with a checkpoint; a second one
+/// ends the process at once.
+fn stop_on_ctrl_c(cancel: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        runtime.block_on(async {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nstopping after this step (Ctrl-C again to quit now)");
+                cancel.store(true, Ordering::Relaxed);
+            }
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        });
+    });
 }
 
 fn eval_line(e: &EvalMetrics) -> String {
