@@ -219,3 +219,96 @@ fn a_checkpoint_that_cannot_be_written_leaves_nothing_half_written() {
     // The metrics of the steps before the failure are intact.
     assert_eq!(losses(&out).len(), 3);
 }
+
+fn rl_args(out: &str) -> Vec<&str> {
+    vec![
+        "train",
+        "rl",
+        "--method",
+        "searl",
+        "--init",
+        "tiny",
+        "--out",
+        out,
+        "--iterations",
+        "3",
+        "--group-size",
+        "2",
+        "--tasks-per-iteration",
+        "2",
+        "--max-turns",
+        "2",
+        "--max-tokens",
+        "16",
+        "--train-worlds",
+        "5",
+        "--no-eval",
+        "--checkpoint-every",
+        "1",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+    ]
+}
+
+fn iterations(run_dir: &Path) -> Vec<u64> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["kind"] == "iteration")
+        .map(|v| v["iteration"].as_u64().expect("iteration"))
+        .collect()
+}
+
+#[test]
+fn an_rl_run_killed_mid_iteration_resumes_from_its_last_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("rl");
+    let out_str = out.to_str().expect("utf-8");
+    let mut child =
+        toolsmith().args(rl_args(out_str)).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
+    let started = Instant::now();
+    while iterations(&out).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(300), "the run made no progress");
+        assert!(child.try_wait().expect("wait").is_none(), "the run ended before it was killed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    let done = iterations(&out).len();
+    assert!(done < 3, "killed after {done} iterations");
+    let mut resume = rl_args(out_str);
+    resume.push("--resume");
+    let summary = ok(&run(&resume));
+    assert!(summary.contains("policy:"), "{summary}");
+    // At most the iteration in flight was lost; every iteration is recorded once, in order.
+    assert_eq!(iterations(&out), vec![1, 2, 3]);
+    assert!(out.join("final/model.safetensors").exists());
+    let entries: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
+        .expect("checkpoints")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(entries.iter().all(|e| !e.contains("partial")), "{entries:?}");
+}
+
+#[test]
+fn rl_settings_are_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("rl");
+    let out_str = out.to_str().expect("utf-8");
+    let mut args = rl_args(out_str);
+    args[3] = "sorcery";
+    let err = failed(&run(&args));
+    assert!(err.contains("unknown method \"sorcery\""), "{err}");
+    let config = dir.path().join("rl.toml");
+    std::fs::write(&config, "method = \"mtr\"\ngroup_size = 1\n").expect("write");
+    let err = failed(&run(&["train", "rl", "--config", config.to_str().expect("utf-8"), "--out", out_str]));
+    assert!(err.contains("group_size must be at least 2"), "{err}");
+    std::fs::write(&config, "method = \"mtr\"\n[loss]\nclip = 0.3\n").expect("write");
+    let err = failed(&run(&["train", "rl", "--config", config.to_str().expect("utf-8"), "--out", out_str]));
+    assert!(err.contains("unknown field `clip`") && err.contains("rl.toml"), "{err}");
+    let schema = ok(&run(&["train", "schema", "rl"]));
+    assert!(schema.contains("\"group_size\""), "{schema}");
+}

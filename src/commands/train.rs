@@ -1,5 +1,5 @@
-//! `toolsmith train sft` and `toolsmith train report`: supervised fine-tuning of the policy and
-//! a run's curves.
+//! `toolsmith train sft`, `toolsmith train rl` and `toolsmith train report`: supervised
+//! fine-tuning, group-relative RL, and a run's curves.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,6 +14,7 @@ use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_host::{Limits, Toolbox};
 use toolsmith_train::config::SftConfig;
 use toolsmith_train::metrics::EvalMetrics;
+use toolsmith_train::rl::{Method, RlConfig, RlEvent, RlTrainer};
 use toolsmith_train::{Event, metrics, report, sft};
 
 use super::Env;
@@ -22,6 +23,9 @@ use super::Env;
 pub enum TrainCommand {
     /// Supervised fine-tuning on chat traces, with observation masking and held-out evaluation.
     Sft(Box<SftArgs>),
+    /// Group-relative RL from a checkpoint: rollouts in groups, each method's rewards and
+    /// advantages, clipped updates with KL to the starting policy, held-out evaluation.
+    Rl(Box<RlArgs>),
     /// Draw a run's loss and held-out curves (SVG) and print its summary.
     Report {
         /// The run directory (`--out` of `train sft`).
@@ -30,8 +34,76 @@ pub enum TrainCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Print the JSON Schema of the `train sft` config file.
-    Schema,
+    /// Print the JSON Schema of the `train sft` (or `train rl`) config file.
+    Schema {
+        /// `sft` or `rl`.
+        #[arg(default_value = "sft")]
+        kind: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RlArgs {
+    /// The run directory: config, metrics, checkpoints, and the final policy in RUN/final.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A config file (TOML or JSON; schema: `toolsmith train schema rl`). Flags override it.
+    #[arg(long, conflicts_with = "preset")]
+    pub config: Option<PathBuf>,
+    /// A preset: tiny-world (the SFT preset's training worlds, held-out world 1000).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// gap, searl, mempo or mtr (each starts from its paper's settings).
+    #[arg(long)]
+    pub method: Option<String>,
+    /// The starting checkpoint (e.g. an SFT run's RUN/final), or `tiny`.
+    #[arg(long)]
+    pub init: Option<String>,
+    /// Seeds of the training worlds (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub train_worlds: Vec<u64>,
+    /// Iterations.
+    #[arg(long)]
+    pub iterations: Option<u64>,
+    /// Episodes per task.
+    #[arg(long)]
+    pub group_size: Option<usize>,
+    /// Tasks per iteration.
+    #[arg(long)]
+    pub tasks_per_iteration: Option<usize>,
+    /// Turns per episode at most.
+    #[arg(long)]
+    pub max_turns: Option<usize>,
+    /// Tokens per turn at most.
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Seed of the task draws and the sampler.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// auto, cpu, cuda or cuda:N.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// CPU threads for libtorch (0: its default).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Held-out evaluation every N iterations (besides before and after).
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Tasks per family of the held-out world.
+    #[arg(long)]
+    pub eval_tasks: Option<usize>,
+    /// No held-out evaluation.
+    #[arg(long)]
+    pub no_eval: bool,
+    /// A checkpoint every N iterations.
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 #[derive(Debug, Args)]
@@ -99,8 +171,13 @@ pub fn run(env: &Env, cmd: TrainCommand) -> Result<ExitCode> {
     match cmd {
         TrainCommand::Sft(args) => sft_command(env, *args),
         TrainCommand::Report { run, out } => report_command(&run, out),
-        TrainCommand::Schema => {
-            super::print_json(&toolsmith_train::config::schema())?;
+        TrainCommand::Rl(args) => rl_command(env, *args),
+        TrainCommand::Schema { kind } => {
+            match kind.as_str() {
+                "sft" => super::print_json(&toolsmith_train::config::schema())?,
+                "rl" => super::print_json(&toolsmith_train::rl::config::schema())?,
+                other => bail!("no config schema {other:?}: sft or rl"),
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -144,20 +221,8 @@ fn resolve(args: &SftArgs) -> Result<SftConfig> {
 
 fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
     let config = resolve(&args)?;
-    // The sandbox and the Python guest load only when data synthesis or evaluation needs tools.
     let toolbox: OnceLock<Option<Toolbox>> = OnceLock::new();
-    let tools_for = |corpus: Arc<Corpus>| -> Arc<dyn Executor> {
-        let toolbox = toolbox.get_or_init(|| {
-            env.toolbox_maybe_python("create_and_execute_mcp (SEARL traces and evaluation) is")
-                .map_err(|e| tracing::warn!("the bundled plugins are unavailable: {e:#}"))
-                .ok()
-        });
-        let tools = LocalTools::new().with_corpus(corpus);
-        Arc::new(match toolbox {
-            Some(t) => tools.with_toolbox(t.clone(), Limits::default()),
-            None => tools,
-        })
-    };
+    let tools_for = tools_for(env, &toolbox);
     let spinner = super::tools::spinner("preparing the policy and the data");
     let trainer = sft::prepare(config, &args.out, args.resume, &tools_for);
     spinner.finish_and_clear();
@@ -210,6 +275,122 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
     print!("{}", report::summary(&records));
     println!("policy: {} (e.g. toolsmith eval --policy {})", final_dir.display(), final_dir.display());
     println!("curves: toolsmith train report {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The tools an agent gets over a corpus: search, the bundled plugins and the Python guest. The
+/// sandbox and the guest load only when something first needs tools.
+fn tools_for<'a>(
+    env: &'a Env,
+    toolbox: &'a OnceLock<Option<Toolbox>>,
+) -> impl Fn(Arc<Corpus>) -> Arc<dyn Executor> + 'a {
+    move |corpus: Arc<Corpus>| -> Arc<dyn Executor> {
+        let toolbox = toolbox.get_or_init(|| {
+            env.toolbox_maybe_python("create_and_execute_mcp (SEARL traces and evaluation) is")
+                .map_err(|e| tracing::warn!("the bundled plugins are unavailable: {e:#}"))
+                .ok()
+        });
+        let tools = LocalTools::new().with_corpus(corpus);
+        Arc::new(match toolbox {
+            Some(t) => tools.with_toolbox(t.clone(), Limits::default()),
+            None => tools,
+        })
+    }
+}
+
+/// RL settings: the saved run's (when resuming), a preset or a file, then the flags on top.
+fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
+    let saved = args.out.join("config.json");
+    let method = match &args.method {
+        Some(m) => Some(Method::parse(m).with_context(|| format!("unknown method {m:?}: gap, searl, mempo or mtr"))?),
+        None => None,
+    };
+    let mut config = match (&args.preset, &args.config) {
+        (Some(p), _) => RlConfig::preset(p, method.unwrap_or(Method::Gap))?,
+        (None, Some(file)) => RlConfig::from_file(file)?,
+        (None, None) if args.resume && saved.exists() => RlConfig::from_file(&saved)?,
+        (None, None) => RlConfig::for_method(method.unwrap_or(Method::Gap)),
+    };
+    if let Some(m) = method
+        && m != config.method
+    {
+        bail!(
+            "--method {} disagrees with the config's method; the method picks the defaults, so set it in one place",
+            args.method.as_deref().unwrap_or_default()
+        );
+    }
+    if !args.train_worlds.is_empty() {
+        config.worlds.seeds = args.train_worlds.clone();
+    }
+    macro_rules! set {
+        ($($flag:ident => $field:ident),*) => {$(if let Some(v) = args.$flag.clone() { config.$field = v; })*};
+    }
+    set!(init => init, iterations => iterations, group_size => group_size,
+         tasks_per_iteration => tasks_per_iteration, max_turns => max_turns, max_tokens => max_tokens,
+         lr => lr, seed => seed, device => device, threads => threads, eval_every => eval_every,
+         checkpoint_every => checkpoint_every);
+    if args.no_eval {
+        config.eval = None;
+    }
+    if let (Some(n), Some(eval)) = (args.eval_tasks, config.eval.as_mut()) {
+        eval.tasks_per_family = n;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
+    let config = resolve_rl(&args)?;
+    let toolbox: OnceLock<Option<Toolbox>> = OnceLock::new();
+    let tools_for = tools_for(env, &toolbox);
+    let spinner = super::tools::spinner("preparing the policy and the training worlds");
+    let trainer = RlTrainer::prepare(config, &args.out, args.resume, &tools_for);
+    spinner.finish_and_clear();
+    let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.out.display()))?;
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("{bar:30} iteration {pos}/{len} · {msg} · {elapsed} (eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
+    let mut on_event = |event: RlEvent<'_>| match event {
+        RlEvent::Started { iteration, total } => {
+            bar.set_length(total);
+            bar.set_position(iteration);
+            bar.reset_eta();
+            if iteration > 0 {
+                say(format!("resumed at iteration {iteration} of {total}"));
+            }
+        }
+        RlEvent::Iteration(m) => {
+            bar.set_position(m.iteration);
+            let line = format!(
+                "reward {:.3} · EM {:.2} · KL {:.4} · clip {:.3} · entropy {:.2} · {} groups ({} dropped) · {:.0} tok/s",
+                m.reward, m.em, m.kl, m.clip_fraction, m.entropy, m.groups, m.dropped, m.rollout_tokens_per_sec
+            );
+            if bar.is_hidden() {
+                say(format!("iteration {}: {line}", m.iteration));
+            }
+            bar.set_message(line);
+        }
+        RlEvent::EvalStarted { iteration } => bar.set_message(format!("held-out evaluation at iteration {iteration}…")),
+        RlEvent::Eval(e) => say(eval_line(e)),
+        RlEvent::Checkpoint { iteration, dir } => tracing::info!(iteration, dir = %dir.display(), "checkpoint"),
+    };
+    stop_on_ctrl_c(trainer.cancel_flag());
+    let result = trainer.run(&mut on_event);
+    bar.finish_and_clear();
+    if let Err(toolsmith_train::TrainError::Cancelled) = result {
+        eprintln!(
+            "stopped at iteration {} with a checkpoint; continue with --resume --out {}",
+            trainer.state().step,
+            args.out.display()
+        );
+        return Ok(ExitCode::from(130));
+    }
+    let final_dir = result.context("training failed")?;
+    let records = metrics::read(&args.out.join(metrics::METRICS_FILE))?;
+    print!("{}", report::summary(&records));
+    println!("policy: {} (e.g. toolsmith eval --policy {})", final_dir.display(), final_dir.display());
     Ok(ExitCode::SUCCESS)
 }
 

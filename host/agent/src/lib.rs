@@ -23,7 +23,7 @@ pub mod tools;
 
 pub use toolsmith_trace::{plan, trace};
 
-pub use backend::{Backend, BackendError, Completion, GenerateOptions, Message, Role, Usage};
+pub use backend::{Backend, BackendError, Completion, GenerateOptions, Message, Role, TurnTokens, Usage};
 pub use oracle::Oracle;
 pub use plan::{Plan, PlanError, Task};
 pub use runner::{Agent, AgentConfig, ContextPolicy, Finish, Mode, ToolFormat, Trajectory};

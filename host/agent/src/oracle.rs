@@ -213,7 +213,7 @@ impl Backend for Oracle {
                 prompt_tokens: self.tokenizer.encode(&prompt)?.len(),
                 completion_tokens: self.tokenizer.encode(&text)?.len(),
             };
-            Ok(Completion { text, usage, finish_reason: "stop".into() })
+            Ok(Completion { text, usage, finish_reason: "stop".into(), tokens: None })
         })
     }
 }

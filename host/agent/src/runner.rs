@@ -15,7 +15,7 @@ use serde_json::Value;
 use toolsmith_contract::{Manifest, ToolKind};
 use toolsmith_registry::PlanStep;
 
-use crate::backend::{Backend, BoxFuture, GenerateOptions, Message};
+use crate::backend::{Backend, BoxFuture, GenerateOptions, Message, TurnTokens};
 use crate::plan::Plan;
 use crate::schedule::{CallRecord, Scheduler};
 use crate::tools::Executor;
@@ -177,6 +177,26 @@ pub struct StepRecord {
     pub errors: Vec<String>,
     /// Milliseconds the backend took.
     pub model_ms: f64,
+    /// The system prompt of this turn when it differs from the previous turn's (the first
+    /// turn's is always kept): retrieved tools join the listing once a plan names its tasks, and
+    /// a turn must be scored under the prompt it saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The sampled tokens and their behaviour log-probs, when the backend reports them (the
+    /// local policy does): later turns' prompts and the trainer use these ids, never the text
+    /// tokenized again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TurnTokens>,
+}
+
+impl StepRecord {
+    /// The turn as the assistant message later prompts show: its sampled ids when known.
+    pub fn message(&self) -> Message {
+        match &self.tokens {
+            Some(t) => Message::sampled(&self.text, t.content_ids().to_vec()),
+            None => Message::assistant(&self.text),
+        }
+    }
 }
 
 /// A whole episode.
@@ -245,11 +265,25 @@ impl Trajectory {
             ContextPolicy::Memory => (0..self.steps.len())
                 .map(|i| {
                     let mut m = context(ContextPolicy::Memory, &self.system, &self.question, &self.steps[..i]);
-                    m.push(Message::assistant(&self.steps[i].text));
+                    m.push(self.steps[i].message());
                     m
                 })
                 .collect(),
         }
+    }
+
+    /// The messages the model saw before each turn, rebuilt from the record (each turn under
+    /// its own system prompt; sampled turns as their ids).
+    pub fn contexts(&self) -> Vec<Vec<Message>> {
+        let mut system = self.system.as_str();
+        (0..self.steps.len())
+            .map(|i| {
+                if let Some(s) = &self.steps[i].system {
+                    system = s;
+                }
+                context(self.mode.context(), system, &self.question, &self.steps[..i])
+            })
+            .collect()
     }
 
     /// Every call, in order.
@@ -348,7 +382,7 @@ pub fn context(policy: ContextPolicy, system: &str, question: &str, steps: &[Ste
         ContextPolicy::Full => {
             messages.push(Message::user(question));
             for s in steps {
-                messages.push(Message::assistant(&s.text));
+                messages.push(s.message());
                 messages.push(Message::user(&s.observation));
             }
         }
@@ -368,7 +402,7 @@ pub fn context(policy: ContextPolicy, system: &str, question: &str, steps: &[Ste
                 _ => messages.push(Message::user(question)),
             }
             if let Some(s) = last {
-                messages.push(Message::assistant(&s.text));
+                messages.push(s.message());
                 messages.push(Message::user(&s.observation));
             }
         }
@@ -441,11 +475,15 @@ impl Agent {
         let mut answer = None;
         let mut finish = Finish::Budget;
         let mut system = String::new();
-        for _ in 0..self.config.max_turns {
+        let mut previous_system = String::new();
+        for turn_index in 0..self.config.max_turns {
             system = system_prompt(mode, &listed, self.config.tool_format);
             let messages = context(mode.context(), &system, question, &steps);
             let model_started = Instant::now();
-            let completion = match self.backend.complete(&messages, &self.config.generate).await {
+            // A seed per turn: with one seed for every turn, a sampled episode would repeat its
+            // draws, and a group of episodes with consecutive seeds would share them.
+            let options = self.config.generate.for_turn(turn_index);
+            let completion = match self.backend.complete(&messages, &options).await {
                 Ok(c) => c,
                 Err(e) => {
                     finish = Finish::BackendError(e.to_string());
@@ -493,6 +531,7 @@ impl Agent {
                 errors.push("write a <tool_call> or an <answer>".into());
             }
             let observation = observation(&records, &errors);
+            let changed_system = (steps.is_empty() || previous_system != system).then(|| system.clone());
             steps.push(StepRecord {
                 text: completion.text,
                 prompt_tokens: completion.usage.prompt_tokens,
@@ -501,7 +540,10 @@ impl Agent {
                 observation,
                 errors,
                 model_ms,
+                system: changed_system,
+                tokens: completion.tokens,
             });
+            previous_system.clone_from(&system);
             if let Some(a) = final_answer {
                 answer = Some(a);
                 finish = Finish::Answered;

@@ -105,6 +105,7 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
             Some(Stop::Many(v)) => v,
         },
         seed: request.seed.unwrap_or(defaults.seed),
+        ..defaults
     };
     let model = request.model.unwrap_or(state.model.clone());
     let id = format!("chatcmpl-{}", now());

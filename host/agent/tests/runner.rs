@@ -34,6 +34,7 @@ impl Backend for Scripted {
                 text: text.into(),
                 usage: Usage { prompt_tokens: 10, completion_tokens: 5 },
                 finish_reason: "stop".into(),
+                tokens: None,
             })
         })
     }

@@ -156,9 +156,14 @@ impl Policy {
                 spec.vocab_size
             )));
         }
+        // libtorch's generator is global: two models initialised at once on different threads
+        // would interleave their draws, and neither would be the seed's model.
+        static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
         tch::manual_seed(seed as i64);
         let mut vs = VarStore::new(options.device);
         let model = Transformer::new(&vs.root(), &spec, WeightInit::Random);
+        drop(guard);
         let precision = options.precision.unwrap_or(Precision::F32);
         vs.set_kind(precision.kind());
         let state = PolicyState::fresh(&config, &config_json, &tokenizer, precision, count_parameters(&vs));

@@ -101,12 +101,37 @@ impl Policy {
         self.generate_with(prompts, params, on_token, None)
     }
 
+    /// [`Policy::generate`] with a seed of its own for each prompt (instead of `seed + i`): the
+    /// prompts of independent requests decoded as one batch draw what each would draw alone.
+    pub fn generate_seeded(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+        seeds: &[u64],
+    ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
+        if seeds.len() != prompts.len() {
+            return Err(PolicyError::Sampling(format!("{} seeds for {} prompts", seeds.len(), prompts.len())));
+        }
+        self.generate_inner(prompts, params, Some(seeds), None, None)
+    }
+
     /// [`Policy::generate`] under a [`Constraint`]. Log-probs are those of the unconstrained
     /// model (what the network assigned), so scoring the output later gives the same numbers.
     pub fn generate_with(
         &self,
         prompts: &[Vec<i64>],
         params: &SamplingParams,
+        on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
+        constraint: Option<&mut dyn Constraint>,
+    ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
+        self.generate_inner(prompts, params, None, on_token, constraint)
+    }
+
+    fn generate_inner(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+        seeds: Option<&[u64]>,
         mut on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
         mut constraint: Option<&mut dyn Constraint>,
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
@@ -147,7 +172,8 @@ impl Policy {
                 output: Vec::new(),
                 logprobs: Vec::new(),
                 seen: p.clone(),
-                sampler: Sampler::new(params, i as u64),
+                // Sampler i draws from seed + stream: a stream that lands on the request's seed.
+                sampler: Sampler::new(params, seeds.map_or(i as u64, |s| s[i].wrapping_sub(params.seed))),
                 finish: None,
                 streamed: 0,
                 stop_at: None,

@@ -147,7 +147,8 @@ pub struct EvalConfig {
     pub max_turns: usize,
     /// Tokens per turn at most. By default 160.
     pub max_tokens: usize,
-    /// Episodes running at once (their tool calls overlap; generation takes turns). By default 2.
+    /// Episodes running at once: their turns decode together in batches and their tool calls
+    /// overlap. By default 16.
     pub parallel: usize,
 }
 
@@ -160,7 +161,7 @@ impl Default for EvalConfig {
             modes: Mode::ALL.to_vec(),
             max_turns: 8,
             max_tokens: 160,
-            parallel: 2,
+            parallel: 16,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use toolsmith_agent::backend::{GenerateOptions, LocalBackend};
+use toolsmith_agent::backend::{BatchConfig, BatchedBackend, GenerateOptions};
 use toolsmith_agent::env::{Corpus, Family, Task, World, WorldConfig};
 use toolsmith_agent::eval::{Report, evaluate};
 use toolsmith_agent::tools::Executor;
@@ -73,7 +73,8 @@ impl HeldOut {
     /// Runs every mode with `policy` (greedy) and returns the figures, labelled with `step`.
     pub fn evaluate(&self, policy: &Arc<Mutex<Policy>>, step: u64) -> EvalMetrics {
         let started = Instant::now();
-        let backend = Arc::new(LocalBackend::shared(policy.clone(), "training"));
+        // Episodes run side by side and their turns decode in batches.
+        let backend = Arc::new(BatchedBackend::new(policy.clone(), "training", BatchConfig::default()));
         let mut modes = BTreeMap::new();
         for &mode in &self.config.modes {
             let config = AgentConfig {

@@ -36,6 +36,7 @@ pub mod heldout;
 pub mod metrics;
 pub mod optim;
 pub mod report;
+pub mod rl;
 pub mod sequence;
 pub mod sft;
 

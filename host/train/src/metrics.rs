@@ -70,6 +70,53 @@ pub struct EvalMetrics {
     pub seconds: f64,
 }
 
+/// One iteration's figures in RL (a line of `metrics.jsonl`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IterationMetrics {
+    /// Iterations done (1 after the first).
+    pub iteration: u64,
+    /// Mean episode reward of the groups trained on.
+    pub reward: f64,
+    /// Exact-match rate of every episode sampled.
+    pub em: f64,
+    /// Groups trained on, and groups dropped by dynamic sampling.
+    pub groups: usize,
+    /// Groups dropped because every episode had the same reward.
+    pub dropped: usize,
+    /// Episodes sampled.
+    pub episodes: usize,
+    /// Mean turns per episode.
+    pub turns: f64,
+    /// Mean tokens the policy wrote per episode.
+    pub response_tokens: f64,
+    /// Largest context plus response of a turn, mean over episodes.
+    pub peak_tokens: f64,
+    /// Mean KL to the reference per trained token (k3).
+    pub kl: f64,
+    /// Share of trained tokens whose ratio was clipped.
+    pub clip_fraction: f64,
+    /// Mean entropy of the policy on trained tokens.
+    pub entropy: f64,
+    /// The surrogate loss of the last epoch.
+    pub loss: f64,
+    /// Gradient norm before clipping, last epoch.
+    pub grad_norm: f64,
+    /// Learning rate.
+    pub lr: f64,
+    /// Calls of tools created in the episode (`create_and_execute_mcp`), and of other tools.
+    pub created_calls: usize,
+    /// Calls of tools the agent did not create.
+    pub reused_calls: usize,
+    /// Rollout tokens per second (generated tokens over rollout wall time).
+    pub rollout_tokens_per_sec: f64,
+    /// Seconds the iteration took, and the rollouts in it.
+    pub seconds: f64,
+    /// Seconds of rollouts.
+    pub rollout_seconds: f64,
+    /// Seconds since the run started.
+    pub elapsed_s: f64,
+}
+
 /// A line of the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -78,6 +125,8 @@ pub enum Record {
     Train(StepMetrics),
     /// A held-out evaluation.
     Eval(EvalMetrics),
+    /// An RL iteration.
+    Iteration(IterationMetrics),
 }
 
 /// Appends records to a metrics file.

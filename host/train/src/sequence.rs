@@ -19,7 +19,7 @@
 
 use std::ops::Range;
 
-use toolsmith_agent::backend::{ChatTemplate, Message, Role};
+use toolsmith_agent::backend::{BackendError, ChatTemplate, Encoded, Message};
 use toolsmith_policy::{Policy, TokenSequence, Tokenizer};
 
 use crate::chat::{Chat, Content};
@@ -101,10 +101,6 @@ pub struct SequenceBuilder {
     context: usize,
 }
 
-/// Private-use characters around the index of an ids turn in the rendered text.
-const PLACEHOLDER_OPEN: char = '\u{F8F0}';
-const PLACEHOLDER_CLOSE: char = '\u{F8F1}';
-
 impl SequenceBuilder {
     /// A builder for `tokenizer` that refuses sequences longer than `context` tokens.
     pub fn new(tokenizer: &Tokenizer, context: usize) -> Result<Self, SequenceError> {
@@ -123,98 +119,47 @@ impl SequenceBuilder {
         self.context
     }
 
+    /// `messages` as ids (sampled turns spliced in as they are), refused when longer than the
+    /// context.
+    pub fn encode(&self, messages: &[Message]) -> Result<Encoded, SequenceError> {
+        let encoded = self.template.encode(&self.tokenizer, messages, false).map_err(|e| match e {
+            BackendError::Policy(e) => SequenceError::Tokenizer(e.to_string()),
+            other => {
+                SequenceError::Template(format!("{other}; training on it would teach text that inference never shows"))
+            }
+        })?;
+        if encoded.ids.len() > self.context {
+            return Err(SequenceError::TooLong { tokens: encoded.ids.len(), context: self.context });
+        }
+        Ok(encoded)
+    }
+
     /// The sequence of `chat`.
     pub fn build(&self, chat: &Chat) -> Result<TrainSequence, SequenceError> {
         chat.validate().map_err(SequenceError::Invalid)?;
         let messages: Vec<Message> = chat
             .turns
             .iter()
-            .enumerate()
-            .map(|(i, t)| Message {
-                role: t.role,
-                content: match &t.content {
-                    Content::Text(s) => s.clone(),
-                    Content::Ids(_) => format!("{PLACEHOLDER_OPEN}{i}{PLACEHOLDER_CLOSE}"),
-                },
+            .map(|t| match &t.content {
+                Content::Text(s) => Message { role: t.role, content: s.clone(), ids: None },
+                Content::Ids(ids) => Message { role: t.role, content: String::new(), ids: Some(ids.clone()) },
             })
             .collect();
-        let render = |m: &[Message], open: bool| {
-            self.template.render(m, open).map_err(|e| SequenceError::Template(e.to_string()))
-        };
-        let full = render(&messages, false)?;
-        // Byte span of each assistant turn's content in `full`, with its turn index.
-        let mut spans: Vec<(usize, Range<usize>)> = Vec::new();
-        for (i, m) in messages.iter().enumerate().filter(|(_, m)| m.role == Role::Assistant) {
-            let prefix = render(&messages[..i], true)?;
-            if !full.starts_with(&prefix) || !full[prefix.len()..].starts_with(&m.content) {
-                return Err(SequenceError::Template(format!(
-                    "assistant turn {i} does not appear verbatim after its prompt in the rendered conversation (the template rewrites turns); training on it would teach text that inference never shows"
-                )));
-            }
-            spans.push((i, prefix.len()..prefix.len() + m.content.len()));
+        let encoded = self.encode(&messages)?;
+        let ids = encoded.ids;
+        let mut mask = vec![false; ids.len()];
+        let mut turns: Vec<Range<usize>> = Vec::with_capacity(encoded.assistant.len());
+        for (_, range) in encoded.assistant {
+            mask[range.clone()].fill(true);
+            turns.push(range);
         }
-        let mut ids: Vec<i64> = Vec::new();
-        let mut mask: Vec<bool> = Vec::new();
-        let mut turns: Vec<Range<usize>> = Vec::new();
-        // Text between ids turns is tokenized in pieces; with no ids turns, in one piece.
-        let mut cursor = 0;
-        let mut spans_iter = spans.iter().peekable();
-        let mut segments: Vec<(Range<usize>, Option<usize>)> = Vec::new();
-        for (i, span) in &spans {
-            if let Content::Ids(_) = chat.turns[*i].content {
-                segments.push((cursor..span.start, None));
-                segments.push((span.clone(), Some(*i)));
-                cursor = span.end;
-            }
-        }
-        segments.push((cursor..full.len(), None));
-        for (range, ids_turn) in segments {
-            match ids_turn {
-                Some(i) => {
-                    let Content::Ids(turn_ids) = &chat.turns[i].content else { continue };
-                    spans_iter.next();
-                    turns.push(ids.len()..ids.len() + turn_ids.len());
-                    ids.extend_from_slice(turn_ids);
-                    mask.resize(ids.len(), true);
-                }
-                None => {
-                    let text = &full[range.clone()];
-                    let (piece, offsets) = self
-                        .tokenizer
-                        .encode_with_offsets(text)
-                        .map_err(|e| SequenceError::Tokenizer(e.to_string()))?;
-                    let base = ids.len();
-                    ids.extend_from_slice(&piece);
-                    mask.resize(ids.len(), false);
-                    // Text assistant turns inside this piece.
-                    while let Some((i, span)) = spans_iter.peek() {
-                        if span.start >= range.end || matches!(chat.turns[*i].content, Content::Ids(_)) {
-                            break;
-                        }
-                        let (start, end) = (span.start - range.start, span.end - range.start);
-                        let inside: Vec<usize> =
-                            (0..offsets.len()).filter(|&t| offsets[t].0 < end && offsets[t].1 > start).collect();
-                        if let (Some(&first), Some(&last)) = (inside.first(), inside.last()) {
-                            for m in &mut mask[base + first..=base + last] {
-                                *m = true;
-                            }
-                            turns.push(base + first..base + last + 1);
-                        }
-                        spans_iter.next();
-                    }
-                }
-            }
-        }
-        // The end-of-turn token right after each assistant turn is trained on too (for an ids
-        // turn it is the first token of the following text piece).
+        // The end-of-turn token right after each assistant turn is trained on too: the model
+        // must learn to stop (for an ids turn it is the first token of the following text).
         for turn in &mut turns {
             if turn.end < ids.len() && !mask[turn.end] && self.tokenizer.eos_ids().contains(&ids[turn.end]) {
                 mask[turn.end] = true;
                 turn.end += 1;
             }
-        }
-        if ids.len() > self.context {
-            return Err(SequenceError::TooLong { tokens: ids.len(), context: self.context });
         }
         if !mask.iter().skip(1).any(|&m| m) {
             return Err(SequenceError::Invalid("no assistant token survived tokenization".into()));

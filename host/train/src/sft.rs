@@ -66,8 +66,13 @@ pub enum Event<'a> {
 
 /// The device and precision a config asks for.
 pub fn load_options(config: &SftConfig) -> Result<LoadOptions, TrainError> {
-    let device = toolsmith_policy::parse_device(&config.device)?;
-    let precision = match config.precision.as_str() {
+    load_options_for(&config.device, &config.precision)
+}
+
+/// The device and precision named by `device` and `precision` (`auto` for either).
+pub fn load_options_for(device: &str, precision: &str) -> Result<LoadOptions, TrainError> {
+    let device = toolsmith_policy::parse_device(device)?;
+    let precision = match precision {
         "auto" => match device {
             toolsmith_policy::tch::Device::Cpu => Precision::F32,
             _ => Precision::Bf16,

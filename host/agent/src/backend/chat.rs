@@ -1,9 +1,26 @@
 //! Chat templates: the Jinja `chat_template` of a tokenizer config rendered with minijinja (with
 //! the Python string methods Hugging Face templates use).
 
-use minijinja::{Environment, Error, ErrorKind, context};
+use std::ops::Range;
 
-use super::{BackendError, Message};
+use minijinja::{Environment, Error, ErrorKind, context};
+use toolsmith_policy::Tokenizer;
+
+use super::{BackendError, Message, Role};
+
+/// Private-use characters around the index of an ids message in the rendered text.
+const PLACEHOLDER_OPEN: char = '\u{F8F0}';
+const PLACEHOLDER_CLOSE: char = '\u{F8F1}';
+
+/// A conversation as token ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    /// The ids.
+    pub ids: Vec<i64>,
+    /// Each assistant message's index and the token range of its content (for a text message,
+    /// the tokens overlapping its text; for an ids message, exactly its ids).
+    pub assistant: Vec<(usize, Range<usize>)>,
+}
 
 /// Renders `messages` with `template`; `add_generation_prompt` opens the assistant's turn.
 pub fn render_chat(
@@ -52,6 +69,96 @@ impl ChatTemplate {
             eos_token => self.eos_token,
         })
         .map_err(|e| BackendError::Template(e.to_string()))
+    }
+}
+
+impl ChatTemplate {
+    /// Renders `messages` and tokenizes the text in one piece, except that messages with ids
+    /// ([`Message::ids`]) are spliced in as they are: the template is rendered with a placeholder
+    /// in their place, the text around the placeholders is tokenized, and the ids go between.
+    ///
+    /// Assistant messages are found by rendering each prefix of the conversation with the
+    /// generation prompt opened: the message must follow that prefix verbatim in the whole
+    /// rendering. A template that rewrites earlier turns (some drop old `<think>` blocks) is an
+    /// error rather than a prompt the model never saw at inference.
+    pub fn encode(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<Encoded, BackendError> {
+        let shown: Vec<Message> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| match m.ids {
+                Some(_) => {
+                    Message { role: m.role, content: format!("{PLACEHOLDER_OPEN}{i}{PLACEHOLDER_CLOSE}"), ids: None }
+                }
+                None => Message { ids: None, ..m.clone() },
+            })
+            .collect();
+        let full = self.render(&shown, add_generation_prompt)?;
+        // Byte span of each assistant message (and of every ids message) in `full`.
+        let mut spans: Vec<(usize, Range<usize>)> = Vec::new();
+        for (i, m) in shown.iter().enumerate() {
+            if m.role != Role::Assistant && messages[i].ids.is_none() {
+                continue;
+            }
+            let prefix = self.render(&shown[..i], true)?;
+            if !full.starts_with(&prefix) || !full[prefix.len()..].starts_with(&m.content) {
+                return Err(BackendError::Template(format!(
+                    "message {i} does not appear verbatim after its prompt in the rendered conversation (the template rewrites turns)"
+                )));
+            }
+            spans.push((i, prefix.len()..prefix.len() + m.content.len()));
+        }
+        let encode = |text: &str| tokenizer.encode_with_offsets(text).map_err(BackendError::Policy);
+        let mut ids: Vec<i64> = Vec::new();
+        let mut assistant = Vec::new();
+        let mut cursor = 0;
+        // Text pieces between ids messages, each tokenized whole, with the text assistant
+        // messages inside them located by their byte offsets.
+        let text_piece = |range: Range<usize>, ids: &mut Vec<i64>, assistant: &mut Vec<(usize, Range<usize>)>| {
+            let (piece, offsets) = encode(&full[range.clone()])?;
+            let base = ids.len();
+            ids.extend_from_slice(&piece);
+            for (i, span) in &spans {
+                if messages[*i].ids.is_some() || span.start < range.start || span.end > range.end {
+                    continue;
+                }
+                let (start, end) = (span.start - range.start, span.end - range.start);
+                let inside: Vec<usize> =
+                    (0..offsets.len()).filter(|&t| offsets[t].0 < end && offsets[t].1 > start).collect();
+                if let (Some(&first), Some(&last)) = (inside.first(), inside.last()) {
+                    assistant.push((*i, base + first..base + last + 1));
+                }
+            }
+            Ok::<(), BackendError>(())
+        };
+        for (i, span) in &spans {
+            let Some(message_ids) = &messages[*i].ids else { continue };
+            text_piece(cursor..span.start, &mut ids, &mut assistant)?;
+            if messages[*i].role == Role::Assistant {
+                assistant.push((*i, ids.len()..ids.len() + message_ids.len()));
+            }
+            ids.extend_from_slice(message_ids);
+            cursor = span.end;
+        }
+        text_piece(cursor..full.len(), &mut ids, &mut assistant)?;
+        assistant.sort_by_key(|(i, _)| *i);
+        Ok(Encoded { ids, assistant })
+    }
+}
+
+impl ChatTemplate {
+    /// The token the template closes an assistant turn with (`<|im_end|>` in ChatML), if it
+    /// writes one: a turn that ends by sampling it is closed by the same token in later prompts.
+    pub fn end_of_turn(&self, tokenizer: &Tokenizer) -> Result<Option<i64>, BackendError> {
+        let probe = format!("{PLACEHOLDER_OPEN}{PLACEHOLDER_CLOSE}");
+        let text = self.render(&[Message::user("?"), Message::assistant(&probe)], false)?;
+        let Some(at) = text.find(&probe) else { return Ok(None) };
+        let after = tokenizer.encode(&text[at + probe.len()..])?;
+        Ok(after.first().copied().filter(|id| tokenizer.eos_ids().contains(id)))
     }
 }
 

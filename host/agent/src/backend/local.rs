@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use toolsmith_policy::{FinishReason, Policy, SamplingParams, TokenEvent};
 
-use super::{Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Usage, render_prompt};
+use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message, TurnTokens, Usage};
 
 /// A shared local policy.
 #[derive(Debug, Clone)]
@@ -49,6 +49,8 @@ impl LocalBackend {
             max_new_tokens: options.max_tokens.min(context - prompt.len()),
             temperature: options.temperature,
             top_p: options.top_p,
+            top_k: options.top_k,
+            repetition_penalty: options.repetition_penalty,
             stop_strings: options.stop.clone(),
             seed: options.seed,
             ..SamplingParams::default()
@@ -67,20 +69,32 @@ impl LocalBackend {
             FinishReason::Length => "length",
             _ => "stop",
         };
+        // Closed when the model sampled the very token the template ends a turn with; any other
+        // end-of-sequence token stays part of the turn's ids.
+        let end_of_turn = ChatTemplate::of(policy.tokenizer())?.end_of_turn(policy.tokenizer())?;
+        let closed = generation.finish_reason == FinishReason::Eos
+            && end_of_turn.is_some()
+            && generation.output_ids.last().copied() == end_of_turn;
         Ok(Completion {
             text: generation.text,
             usage: Usage { prompt_tokens: prompt.len(), completion_tokens: generation.output_ids.len() },
             finish_reason: finish_reason.into(),
+            tokens: Some(TurnTokens {
+                output_ids: generation.output_ids,
+                logprobs: generation.logprobs,
+                finish: generation.finish_reason,
+                closed,
+            }),
         })
     }
 }
 
 /// The prompt's token ids: the chat template (ChatML when the tokenizer has none) with the
-/// assistant's turn opened.
+/// assistant's turn opened, tokenized in one piece except for earlier sampled turns, whose ids
+/// are spliced in as they were sampled.
 pub fn prompt_ids(policy: &Policy, messages: &[Message]) -> Result<Vec<i64>, BackendError> {
     let tokenizer = policy.tokenizer();
-    let text = render_prompt(tokenizer, messages)?;
-    Ok(tokenizer.encode(&text)?)
+    Ok(ChatTemplate::of(tokenizer)?.encode(tokenizer, messages, true)?.ids)
 }
 
 impl Backend for LocalBackend {

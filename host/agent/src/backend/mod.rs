@@ -1,6 +1,7 @@
 //! Policy backends behind one trait: the local tch policy, any OpenAI-compatible chat-completions
 //! endpoint, and the oracle that writes correct traces for the bundled world.
 
+pub mod batch;
 pub mod chat;
 pub mod local;
 pub mod openai;
@@ -10,7 +11,8 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-pub use chat::{ChatTemplate, render_chat, render_prompt};
+pub use batch::{BatchConfig, BatchedBackend};
+pub use chat::{ChatTemplate, Encoded, render_chat, render_prompt};
 pub use local::LocalBackend;
 pub use openai::OpenAiBackend;
 
@@ -34,22 +36,33 @@ pub struct Message {
     pub role: Role,
     /// Its text.
     pub content: String,
+    /// The exact token ids of an assistant turn the local policy sampled (without a closing
+    /// end-of-turn token, which the template writes). A local backend splices them into the
+    /// prompt instead of tokenizing `content` again: the same text has other tokenizations,
+    /// and the model must see (and the trainer score) what it sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<i64>>,
 }
 
 impl Message {
     /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
-        Message { role: Role::System, content: content.into() }
+        Message { role: Role::System, content: content.into(), ids: None }
     }
 
     /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
-        Message { role: Role::User, content: content.into() }
+        Message { role: Role::User, content: content.into(), ids: None }
     }
 
     /// An assistant message.
     pub fn assistant(content: impl Into<String>) -> Self {
-        Message { role: Role::Assistant, content: content.into() }
+        Message { role: Role::Assistant, content: content.into(), ids: None }
+    }
+
+    /// An assistant message with the ids it was sampled as.
+    pub fn sampled(content: impl Into<String>, ids: Vec<i64>) -> Self {
+        Message { role: Role::Assistant, content: content.into(), ids: Some(ids) }
     }
 }
 
@@ -71,6 +84,32 @@ pub struct Completion {
     pub usage: Usage,
     /// OpenAI's reason: `stop` (end of turn, stop string) or `length` (token budget).
     pub finish_reason: String,
+    /// What the policy sampled, token by token, when the backend can tell (the local policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TurnTokens>,
+}
+
+/// A sampled turn as tokens: what RL trains on, never re-tokenised.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnTokens {
+    /// The ids sampled, in order, including a final end-of-turn or stop token.
+    pub output_ids: Vec<i64>,
+    /// The behaviour log-prob of each, under the model's own distribution (before temperature,
+    /// top-k, top-p and penalties; see [`toolsmith_policy::Generation::logprobs`]).
+    pub logprobs: Vec<f64>,
+    /// Why sampling stopped.
+    pub finish: toolsmith_policy::FinishReason,
+    /// Whether the last id is an end-of-sequence token the model sampled (the template writes
+    /// the same token after the turn, so it is left out of [`TurnTokens::content_ids`]).
+    pub closed: bool,
+}
+
+impl TurnTokens {
+    /// The ids that stand for the turn's content in later prompts: the sampled ids without a
+    /// sampled end-of-turn token.
+    pub fn content_ids(&self) -> &[i64] {
+        if self.closed { &self.output_ids[..self.output_ids.len().saturating_sub(1)] } else { &self.output_ids }
+    }
 }
 
 /// Sampling options every backend understands.
@@ -84,14 +123,43 @@ pub struct GenerateOptions {
     pub top_p: f64,
     /// Text that ends the turn (not included).
     pub stop: Vec<String>,
-    /// Seed of the sampler.
+    /// Seed of the sampler. The agent loop derives each turn's seed from it, so the turns of an
+    /// episode (and episodes with different seeds) draw differently.
     pub seed: u64,
+    /// Keep only the k most likely tokens; 0 disables it.
+    #[serde(default)]
+    pub top_k: usize,
+    /// Penalty on tokens already in the context (1 disables it; SEARL samples with 1.05).
+    #[serde(default = "one")]
+    pub repetition_penalty: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl GenerateOptions {
+    /// The options of turn `turn` of an episode: the same, with a seed of its own.
+    pub fn for_turn(&self, turn: usize) -> GenerateOptions {
+        // A multiplicative hash spreads consecutive turns over the seed space, so episode
+        // seeds s and s + 1 do not share turn seeds.
+        let seed = self.seed.wrapping_add((turn as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        GenerateOptions { seed, ..self.clone() }
+    }
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
         // A turn ends before the runtime's observation: the model must not write one itself.
-        GenerateOptions { max_tokens: 512, temperature: 0.0, top_p: 1.0, stop: vec!["<observation>".into()], seed: 0 }
+        GenerateOptions {
+            max_tokens: 512,
+            temperature: 0.0,
+            top_p: 1.0,
+            stop: vec!["<observation>".into()],
+            seed: 0,
+            top_k: 0,
+            repetition_penalty: 1.0,
+        }
     }
 }
 

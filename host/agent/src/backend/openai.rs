@@ -74,6 +74,7 @@ impl Backend for OpenAiBackend {
                 text: text.to_string(),
                 usage: Usage { prompt_tokens: count("prompt_tokens"), completion_tokens: count("completion_tokens") },
                 finish_reason,
+                tokens: None,
             })
         })
     }

@@ -1,0 +1,335 @@
+//! The settings of an RL run: one serde type read from TOML or JSON (flags override it), whose
+//! JSON Schema is `schemas/train-rl.schema.json`. Each method starts from its paper's settings
+//! ([`RlConfig::for_method`]); where a paper leaves a number out, the default says what was
+//! chosen and why.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use toolsmith_agent::Mode;
+
+use crate::TrainError;
+use crate::config::{EvalConfig, WorldsData};
+use crate::optim::AdamWConfig;
+use crate::rl::advantage::GroupNorm;
+use crate::rl::loss::{Aggregation, LossConfig};
+use crate::rl::reward::RewardConfig;
+
+/// Whose rewards and credit assignment a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// GAP: graph plans with parallel calls; binary exact-match reward; DAPO.
+    Gap,
+    /// SEARL: dense behaviour rewards; episode plus tool-anchored step advantages; the tool
+    /// graph grows with the best rollouts' tools.
+    Searl,
+    /// MemPO: `<mem>` summaries replace the history; a memory advantage on `<mem>` tokens.
+    Mempo,
+    /// MTR: tiered answer-consistency reward minus a repetition penalty; GRPO with KL 0.01.
+    Mtr,
+}
+
+impl Method {
+    /// The agent mode its episodes run in.
+    pub fn mode(self) -> Mode {
+        match self {
+            Method::Gap => Mode::Gap,
+            Method::Searl => Mode::Searl,
+            Method::Mempo => Mode::Mem,
+            Method::Mtr => Mode::React,
+        }
+    }
+
+    /// Parses `gap`, `searl`, `mempo` or `mtr`.
+    pub fn parse(name: &str) -> Option<Method> {
+        match name {
+            "gap" => Some(Method::Gap),
+            "searl" => Some(Method::Searl),
+            "mempo" | "mem" => Some(Method::Mempo),
+            "mtr" => Some(Method::Mtr),
+            _ => None,
+        }
+    }
+}
+
+/// SEARL's step credit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct StepCredit {
+    /// Weight of the step advantage in `A = A_E + lambda * A_S`. By default 1 (the paper gives
+    /// none; GiGPO, which SEARL's step advantage follows, uses 1).
+    pub lambda: f64,
+    /// Discount of the return-to-go. By default 0.5 (the SEARL authors' released code; the
+    /// paper gives none).
+    pub gamma: f64,
+    /// A tool used by a single step of the group gets no step advantage. By default on.
+    pub single_vanishing: bool,
+}
+
+impl Default for StepCredit {
+    fn default() -> Self {
+        StepCredit { lambda: 1.0, gamma: 0.5, single_vanishing: true }
+    }
+}
+
+/// An RL run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RlConfig {
+    /// The method. By default `gap`.
+    pub method: Method,
+    /// The starting policy: a checkpoint directory (an SFT run's `final`) or `tiny`. By default
+    /// `tiny` (only sensible for tests: an untrained model never answers).
+    pub init: String,
+    /// Training worlds: the tasks rollouts are drawn from (their traces are not used). By default
+    /// the SFT preset's split (seeds 1-24, 4 countries, 2 tasks per family).
+    pub worlds: WorldsData,
+    /// Held-out evaluation on a world of another seed; `null` disables it.
+    pub eval: Option<EvalConfig>,
+    /// Iterations (rollouts of a batch of tasks, then updates). By default 20.
+    pub iterations: u64,
+    /// Tasks per iteration. By default 8.
+    pub tasks_per_iteration: usize,
+    /// Episodes per task (the group). By default 8.
+    pub group_size: usize,
+    /// Turns per episode at most. By default 6.
+    pub max_turns: usize,
+    /// Tokens per turn at most. By default 160.
+    pub max_tokens: usize,
+    /// Sampling temperature. By default 1.0: the behaviour log-probs are the model's own
+    /// distribution, the one the importance ratio compares.
+    pub temperature: f64,
+    /// Nucleus mass. By default 1.0.
+    pub top_p: f64,
+    /// Top-k (0: off). By default 0.
+    pub top_k: usize,
+    /// Sampling repetition penalty. By default 1.0 (SEARL: 1.05).
+    pub repetition_penalty: f64,
+    /// Peak learning rate. By default 1e-4 for the tiny model (the papers' 1e-6 is for billions
+    /// of parameters).
+    pub lr: f64,
+    /// Linear warm-up as a share of all updates. By default 0.
+    pub warmup_ratio: f64,
+    /// Final learning rate as a share of the peak. By default 1 (constant, as the papers).
+    pub min_lr_ratio: f64,
+    /// AdamW's settings.
+    pub optimizer: AdamWConfig,
+    /// Gradient-norm clipping. By default 1.0.
+    pub max_grad_norm: f64,
+    /// Optimisation epochs over each iteration's batch (the first is on-policy). By default 1.
+    pub epochs: usize,
+    /// Padded tokens per forward/backward pass. By default 8192.
+    pub micro_batch_tokens: usize,
+    /// The clipped surrogate, KL and aggregation.
+    pub loss: LossConfig,
+    /// How a group's rewards become advantages. By default mean and std (GRPO).
+    pub group_norm: GroupNorm,
+    /// DAPO's dynamic sampling: groups whose rewards are all equal are dropped and more tasks
+    /// drawn, up to `max_refills` times. By default off.
+    pub dynamic_sampling: bool,
+    /// Extra draws of tasks per iteration for dynamic sampling. By default 2.
+    pub max_refills: usize,
+    /// DAPO's overlong handling: the last `overlong_cache` tokens of a turn's budget ramp a
+    /// penalty to -1, and a turn cut off by the budget is masked from the loss. 0 disables it.
+    /// By default 0.
+    pub overlong_cache: usize,
+    /// Sizes of the reward terms.
+    pub rewards: RewardConfig,
+    /// SEARL's step credit.
+    pub step_credit: StepCredit,
+    /// Seed of the task draws and the sampler. By default 0.
+    pub seed: u64,
+    /// `auto`, `cpu`, `cuda` or `cuda:N`. By default `auto`.
+    pub device: String,
+    /// `auto`, `f32` or `bf16`. By default `auto`.
+    pub precision: String,
+    /// CPU threads for libtorch (0: its default). By default 0.
+    pub threads: usize,
+    /// Held-out evaluation every this many iterations (0: before and after only). By default 0.
+    pub eval_every: u64,
+    /// A checkpoint every this many iterations (and at the end). By default 5.
+    pub checkpoint_every: u64,
+    /// Checkpoints kept. By default 2.
+    pub keep_checkpoints: usize,
+}
+
+impl Default for RlConfig {
+    fn default() -> Self {
+        RlConfig::for_method(Method::Gap)
+    }
+}
+
+impl RlConfig {
+    /// The settings of `method`, from its paper where it gives them.
+    pub fn for_method(method: Method) -> Self {
+        let base = RlConfig {
+            method,
+            init: "tiny".into(),
+            worlds: WorldsData {
+                seeds: (1..=24).collect(),
+                countries: 4,
+                tasks_per_family: 2,
+                styles: vec![method.mode()],
+            },
+            eval: Some(EvalConfig { modes: vec![method.mode()], ..EvalConfig::default() }),
+            iterations: 20,
+            tasks_per_iteration: 8,
+            group_size: 8,
+            max_turns: 6,
+            max_tokens: 160,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            repetition_penalty: 1.0,
+            lr: 1e-4,
+            warmup_ratio: 0.0,
+            min_lr_ratio: 1.0,
+            optimizer: AdamWConfig { weight_decay: 0.0, ..AdamWConfig::default() },
+            max_grad_norm: 1.0,
+            epochs: 1,
+            micro_batch_tokens: 8192,
+            loss: LossConfig::default(),
+            group_norm: GroupNorm::MeanStd,
+            dynamic_sampling: false,
+            max_refills: 2,
+            overlong_cache: 0,
+            rewards: RewardConfig::default(),
+            step_credit: StepCredit::default(),
+            seed: 0,
+            device: "auto".into(),
+            precision: "auto".into(),
+            threads: 0,
+            eval_every: 0,
+            checkpoint_every: 5,
+            keep_checkpoints: 2,
+        };
+        match method {
+            // DAPO as GAP trains with it: clip-higher, token-mean, no KL, dynamic sampling,
+            // overlong shaping over the last quarter of the budget.
+            Method::Gap => RlConfig {
+                loss: LossConfig { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.0, aggregation: Aggregation::TokenMean },
+                dynamic_sampling: true,
+                overlong_cache: base.max_tokens / 4,
+                ..base
+            },
+            // SEARL: symmetric clip, KL 0.001 (its released training script), sampling at 0.7 /
+            // 0.98 with repetition penalty 1.05 (its Table 2).
+            Method::Searl => RlConfig {
+                loss: LossConfig { clip_low: 0.2, clip_high: 0.2, kl_coef: 0.001, aggregation: Aggregation::TokenMean },
+                temperature: 0.7,
+                top_p: 0.98,
+                repetition_penalty: 1.05,
+                ..base
+            },
+            // MemPO: GRPO with a sequence-mean loss and a small KL.
+            Method::Mempo => RlConfig {
+                loss: LossConfig {
+                    clip_low: 0.2,
+                    clip_high: 0.2,
+                    kl_coef: 0.001,
+                    aggregation: Aggregation::SequenceMean,
+                },
+                ..base
+            },
+            // MTR: GRPO, n = 8, KL 0.01.
+            Method::Mtr => RlConfig {
+                loss: LossConfig {
+                    clip_low: 0.2,
+                    clip_high: 0.2,
+                    kl_coef: 0.01,
+                    aggregation: Aggregation::SequenceMean,
+                },
+                ..base
+            },
+        }
+    }
+
+    /// A named preset: `tiny-world` (the tiny policy from `init`, the SFT preset's worlds).
+    pub fn preset(name: &str, method: Method) -> Result<Self, TrainError> {
+        match name {
+            "tiny-world" => Ok(RlConfig { threads: 2, ..RlConfig::for_method(method) }),
+            other => Err(TrainError::Config(format!("unknown preset {other:?} (tiny-world)"))),
+        }
+    }
+
+    /// Reads a TOML (`.toml`) or JSON file over `method`'s defaults. Unknown keys are errors.
+    pub fn from_file(path: &Path) -> Result<Self, TrainError> {
+        let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
+        let is_toml = path.extension().is_some_and(|e| e == "toml");
+        let value: serde_json::Value = if is_toml {
+            toml::from_str(&text).map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?
+        } else {
+            serde_json::from_str(&text).map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?
+        };
+        // The method's defaults first, then the file's keys over them.
+        let method = match value.get("method") {
+            Some(m) => serde_json::from_value(m.clone())
+                .map_err(|e| TrainError::Config(format!("{}: method: {e}", path.display())))?,
+            None => Method::Gap,
+        };
+        let mut merged =
+            serde_json::to_value(RlConfig::for_method(method)).map_err(|e| TrainError::Config(e.to_string()))?;
+        merge(&mut merged, value);
+        let config: RlConfig =
+            serde_json::from_value(merged).map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values a run cannot start with.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let bad = |m: String| Err(TrainError::Config(m));
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad("lr must be a positive number".into());
+        }
+        if self.iterations == 0 || self.tasks_per_iteration == 0 || self.epochs == 0 {
+            return bad("iterations, tasks_per_iteration and epochs must be positive".into());
+        }
+        if self.group_size < 2 {
+            return bad(format!("group_size must be at least 2 to compare episodes, got {}", self.group_size));
+        }
+        if self.max_turns == 0 || self.max_tokens == 0 || self.micro_batch_tokens == 0 {
+            return bad("max_turns, max_tokens and micro_batch_tokens must be positive".into());
+        }
+        if self.overlong_cache > self.max_tokens {
+            return bad("overlong_cache cannot exceed max_tokens".into());
+        }
+        if self.checkpoint_every == 0 || self.keep_checkpoints == 0 {
+            return bad("checkpoint_every and keep_checkpoints must be positive".into());
+        }
+        if self.worlds.seeds.is_empty() {
+            return bad("no training worlds: worlds.seeds is empty".into());
+        }
+        if let Some(eval) = &self.eval
+            && self.worlds.seeds.contains(&eval.world_seed)
+        {
+            return bad("the held-out world's seed is also a training world: evaluation would measure memory".into());
+        }
+        self.loss.validate().map_err(TrainError::Config)
+    }
+}
+
+/// Object keys of `patch` replace (recursively) those of `base`.
+fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
+    match (base, patch) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(p)) => {
+            for (k, v) in p {
+                match b.get_mut(&k) {
+                    Some(slot) if slot.is_object() && v.is_object() => merge(slot, v),
+                    _ => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (b, p) => *b = p,
+    }
+}
+
+/// The JSON Schema of [`RlConfig`] (`schemas/train-rl.schema.json`).
+pub fn schema() -> serde_json::Value {
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12();
+    settings.inline_subschemas = true;
+    settings.into_generator().into_root_schema_for::<RlConfig>().to_value()
+}

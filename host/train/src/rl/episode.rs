@@ -1,0 +1,126 @@
+//! A sampled episode as training sequences, token for token.
+//!
+//! The agent loop keeps each turn's sampled ids and behaviour log-probs ([`TurnTokens`]) and
+//! shows later turns those ids, never the text tokenized again. Here each turn's context is
+//! rebuilt from the record (its own system prompt; MemPO's truncated context), and turns whose
+//! context extends the previous turn's conversation share one sequence: a full-history episode
+//! is one sequence, a MemPO episode one per turn, and an episode whose tool listing changed
+//! mid-way (retrieval after the plan) one per listing. Only sampled tokens are trained on, and
+//! each carries the log-prob it was sampled with.
+
+use std::ops::Range;
+
+use toolsmith_agent::Trajectory;
+use toolsmith_agent::backend::{Message, TurnTokens};
+use toolsmith_policy::TokenSequence;
+
+use crate::sequence::{SequenceBuilder, SequenceError};
+
+/// Where one sampled turn sits in a sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnSpan {
+    /// The turn's index in the trajectory.
+    pub step: usize,
+    /// Its trained positions: the sampled ids (with the end-of-turn token when the model sampled
+    /// it).
+    pub range: Range<usize>,
+}
+
+/// A training sequence of sampled turns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeSequence {
+    /// Ids, with the loss mask over exactly the sampled tokens.
+    pub tokens: TokenSequence,
+    /// Behaviour log-prob of each position (0 where nothing was sampled).
+    pub behaviour: Vec<f64>,
+    /// The sampled turns, in order.
+    pub turns: Vec<TurnSpan>,
+}
+
+/// Why an episode cannot be trained on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EpisodeError {
+    /// A turn has no sampled tokens (the backend did not report them).
+    #[error("turn {0} has no sampled tokens: RL needs a backend that reports token ids and log-probs")]
+    NoTokens(usize),
+    /// A turn's ids and log-probs disagree in length.
+    #[error("turn {step}: {ids} ids but {logprobs} log-probs")]
+    Mismatch {
+        /// The turn.
+        step: usize,
+        /// Ids.
+        ids: usize,
+        /// Log-probs.
+        logprobs: usize,
+    },
+    /// The model ended its turn with a token other than the one the template closes turns with.
+    #[error("turn {0} ended with an end-of-sequence token that the chat template does not close turns with")]
+    EndOfTurn(usize),
+    /// The conversation cannot be encoded (too long for the context, template problems).
+    #[error(transparent)]
+    Sequence(#[from] SequenceError),
+}
+
+/// The training sequences of `trajectory`. Turns that sampled nothing are skipped.
+pub fn episode_sequences(
+    builder: &SequenceBuilder,
+    trajectory: &Trajectory,
+) -> Result<Vec<EpisodeSequence>, EpisodeError> {
+    // Conversations and their sampled turns: (message index, step, tokens). A context may hold
+    // earlier assistant turns (MemPO's last step) that belong to another sequence.
+    type Turns<'a> = Vec<(usize, usize, &'a TurnTokens)>;
+    let mut groups: Vec<(Vec<Message>, Turns<'_>)> = Vec::new();
+    for (step, context) in trajectory.contexts().into_iter().enumerate() {
+        let record = &trajectory.steps[step];
+        let tokens = record.tokens.as_ref().ok_or(EpisodeError::NoTokens(step))?;
+        if tokens.output_ids.len() != tokens.logprobs.len() {
+            return Err(EpisodeError::Mismatch { step, ids: tokens.output_ids.len(), logprobs: tokens.logprobs.len() });
+        }
+        if tokens.output_ids.is_empty() {
+            continue;
+        }
+        let extends = groups.last().is_some_and(|(chat, _)| context.len() > chat.len() && context.starts_with(chat));
+        match groups.last_mut() {
+            Some((chat, turns)) if extends => {
+                chat.extend_from_slice(&context[chat.len()..]);
+                turns.push((chat.len(), step, tokens));
+                chat.push(record.message());
+            }
+            _ => {
+                let mut chat = context;
+                let at = chat.len();
+                chat.push(record.message());
+                groups.push((chat, vec![(at, step, tokens)]));
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(chat, turns)| {
+            let encoded = builder.encode(&chat)?;
+            let n = encoded.ids.len();
+            let mut mask = vec![false; n];
+            let mut behaviour = vec![0.0; n];
+            let mut spans = Vec::with_capacity(turns.len());
+            for (at, step, tokens) in &turns {
+                let Some((_, range)) = encoded.assistant.iter().find(|(i, _)| i == at) else {
+                    return Err(EpisodeError::Sequence(SequenceError::Invalid(format!(
+                        "turn {step} is missing from its encoded conversation"
+                    ))));
+                };
+                // A sampled end-of-turn token is the template's token right after the content.
+                let end = range.end + usize::from(tokens.closed);
+                if tokens.closed && encoded.ids.get(range.end) != tokens.output_ids.last() {
+                    return Err(EpisodeError::EndOfTurn(*step));
+                }
+                for (position, logprob) in (range.start..end.min(n)).zip(&tokens.logprobs) {
+                    mask[position] = true;
+                    behaviour[position] = *logprob;
+                }
+                spans.push(TurnSpan { step: *step, range: range.start..end.min(n) });
+            }
+            Ok(EpisodeSequence { tokens: TokenSequence { ids: encoded.ids, loss_mask: mask }, behaviour, turns: spans })
+        })
+        .collect()
+}

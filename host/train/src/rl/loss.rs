@@ -1,0 +1,186 @@
+//! The policy-gradient loss of group-relative RL: the PPO clipped surrogate on the policy's own
+//! tokens, with separate lower and upper clip ranges (DAPO's clip-higher), a KL penalty to a frozen
+//! reference (the k3 estimator), and a choice of how token losses are aggregated (GRPO's per-sequence
+//! mean, DAPO's token mean, Dr. GRPO's constant normaliser).
+//!
+//! Aggregation is expressed as a weight per token, computed on the host from the whole batch
+//! ([`token_weights`]) before any micro-batch is scored: the loss of a micro-batch is then
+//! `sum(weight * token_loss)`, and the micro-batches' gradients add up to the batch's gradient
+//! whatever way the batch was split.
+
+use serde::{Deserialize, Serialize};
+use toolsmith_policy::tch::{Kind, Tensor};
+
+/// How token losses of a batch become one number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Aggregation {
+    /// Mean over all trained tokens of the batch (DAPO): a long answer weighs as much per token
+    /// as a short one, so long wrong answers are not under-penalised.
+    TokenMean,
+    /// Mean over sequences of each sequence's token mean (the original GRPO).
+    SequenceMean,
+    /// Sum over a sequence's tokens divided by a constant (the longest allowed response), mean
+    /// over sequences (Dr. GRPO: no length normalisation bias).
+    SequenceSumConstant,
+}
+
+/// Settings of [`policy_loss`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct LossConfig {
+    /// Lower clip range: the ratio is clipped below at `1 - clip_low`. By default 0.2.
+    pub clip_low: f64,
+    /// Upper clip range: clipped above at `1 + clip_high`. By default 0.28 (DAPO's clip-higher,
+    /// which keeps unlikely tokens able to grow and entropy from collapsing).
+    pub clip_high: f64,
+    /// Coefficient of the k3 KL penalty to the reference policy; 0 disables it (and the reference
+    /// is never scored). By default 0.
+    pub kl_coef: f64,
+    /// How token losses aggregate. By default the token mean.
+    pub aggregation: Aggregation,
+}
+
+impl Default for LossConfig {
+    fn default() -> Self {
+        LossConfig { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.0, aggregation: Aggregation::TokenMean }
+    }
+}
+
+impl LossConfig {
+    /// Checks values a loss cannot be computed with.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.clip_low > 0.0 && self.clip_low < 1.0) {
+            return Err(format!("clip_low must be in (0, 1), got {}", self.clip_low));
+        }
+        if !(self.clip_high > 0.0 && self.clip_high.is_finite()) {
+            return Err(format!("clip_high must be positive, got {}", self.clip_high));
+        }
+        if !(self.kl_coef >= 0.0 && self.kl_coef.is_finite()) {
+            return Err(format!("kl_coef must be >= 0, got {}", self.kl_coef));
+        }
+        Ok(())
+    }
+}
+
+/// The weight of each trained token in the batch loss, per sequence, for `aggregation`.
+/// `trained[i]` is the number of trained tokens of sequence `i`; `constant` is Dr. GRPO's
+/// normaliser (the longest response the run allows). Every token of sequence `i` gets the same
+/// weight; sequences without trained tokens get 0.
+pub fn token_weights(trained: &[usize], aggregation: Aggregation, constant: usize) -> Vec<f64> {
+    let sequences = trained.iter().filter(|&&n| n > 0).count();
+    let total: usize = trained.iter().sum();
+    trained
+        .iter()
+        .map(|&n| {
+            if n == 0 {
+                return 0.0;
+            }
+            match aggregation {
+                Aggregation::TokenMean => 1.0 / total as f64,
+                Aggregation::SequenceMean => 1.0 / (n as f64 * sequences as f64),
+                Aggregation::SequenceSumConstant => 1.0 / (constant.max(1) as f64 * sequences as f64),
+            }
+        })
+        .collect()
+}
+
+/// The per-token inputs of a micro-batch, all `[batch, tokens]` and aligned with
+/// [`toolsmith_policy::score::TokenScores`] (position t is token t).
+#[derive(Debug)]
+pub struct LossInputs<'a> {
+    /// 1.0 on trained tokens.
+    pub mask: &'a Tensor,
+    /// Behaviour log-probs (the policy that sampled the episode).
+    pub old_logprobs: &'a Tensor,
+    /// Reference log-probs (for the KL penalty), when `kl_coef > 0`.
+    pub ref_logprobs: Option<&'a Tensor>,
+    /// Advantage of each token.
+    pub advantages: &'a Tensor,
+    /// Aggregation weight of each token (see [`token_weights`]).
+    pub weights: &'a Tensor,
+}
+
+/// What a loss computation saw. Sums over trained tokens, so the micro-batches' stats add up to
+/// the batch's; the means divide by `tokens`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LossStats {
+    /// The clipped surrogate part of the loss (aggregation-weighted, like the loss).
+    pub policy: f64,
+    /// Sum of the per-token k3 KL estimates.
+    pub kl_sum: f64,
+    /// Trained tokens whose ratio was clipped (their gradient is zero).
+    pub clipped: f64,
+    /// Sum of the ratios.
+    pub ratio_sum: f64,
+    /// Trained tokens.
+    pub tokens: f64,
+}
+
+impl LossStats {
+    /// Adds another micro-batch's stats.
+    pub fn add(&mut self, other: &LossStats) {
+        self.policy += other.policy;
+        self.kl_sum += other.kl_sum;
+        self.clipped += other.clipped;
+        self.ratio_sum += other.ratio_sum;
+        self.tokens += other.tokens;
+    }
+
+    /// Mean KL per trained token.
+    pub fn kl(&self) -> f64 {
+        self.kl_sum / self.tokens.max(1.0)
+    }
+
+    /// Share of trained tokens that were clipped.
+    pub fn clip_fraction(&self) -> f64 {
+        self.clipped / self.tokens.max(1.0)
+    }
+
+    /// Mean importance ratio.
+    pub fn ratio(&self) -> f64 {
+        self.ratio_sum / self.tokens.max(1.0)
+    }
+}
+
+/// The k3 estimator of KL(policy || reference) per token: `exp(ref - cur) - (ref - cur) - 1`,
+/// unbiased and never negative (Schulman's "Approximating KL divergence"; GRPO's penalty).
+pub fn k3(logprobs: &Tensor, ref_logprobs: &Tensor) -> Tensor {
+    // Clamped like the reference implementations: a token the reference finds far less likely
+    // than the policy would otherwise give exp(large) and swamp the batch.
+    let log_ratio = (ref_logprobs - logprobs).clamp(-20.0, 20.0);
+    log_ratio.exp() - &log_ratio - 1.0
+}
+
+/// The loss of one micro-batch and its stats. `logprobs` are the current policy's (with
+/// gradients).
+///
+/// Per token: `ratio = exp(logp - old)`, `surrogate = min(ratio * A, clip(ratio, 1 - low, 1 +
+/// high) * A)`, `loss = -surrogate + kl_coef * k3`; the micro-batch's loss is the weighted sum.
+pub fn policy_loss(logprobs: &Tensor, inputs: &LossInputs<'_>, config: &LossConfig) -> (Tensor, LossStats) {
+    let weights = inputs.weights * inputs.mask;
+    let log_ratio = (logprobs - inputs.old_logprobs) * inputs.mask;
+    let ratio = log_ratio.exp();
+    let unclipped = &ratio * inputs.advantages;
+    let clipped = ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high) * inputs.advantages;
+    let surrogate = unclipped.minimum(&clipped);
+    let policy = -(&surrogate * &weights).sum(Kind::Float);
+    let (loss, kl_sum) = match (inputs.ref_logprobs, config.kl_coef > 0.0) {
+        (Some(reference), true) => {
+            let kl = k3(logprobs, reference) * inputs.mask;
+            let penalty = (&kl * &weights).sum(Kind::Float) * config.kl_coef;
+            (&policy + penalty, kl.sum(Kind::Float).double_value(&[]))
+        }
+        _ => (policy.shallow_clone(), 0.0),
+    };
+    // Clipped where the clipped term is the smaller one, i.e. where the gradient vanishes.
+    let was_clipped = clipped.lt_tensor(&unclipped).to_kind(Kind::Float) * inputs.mask;
+    let stats = LossStats {
+        policy: policy.double_value(&[]),
+        kl_sum,
+        clipped: was_clipped.sum(Kind::Float).double_value(&[]),
+        ratio_sum: (ratio.detach() * inputs.mask).sum(Kind::Float).double_value(&[]),
+        tokens: inputs.mask.sum(Kind::Float).double_value(&[]),
+    };
+    (loss, stats)
+}
