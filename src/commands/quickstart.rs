@@ -81,6 +81,7 @@ pub fn run(env: &Env) -> Result<ExitCode> {
     policy_section(env)?;
     agent_section(env)?;
     training_section(env)?;
+    rl_section(env)?;
 
     if failures > 0 {
         println!("\n{failures} example(s) did not reproduce");
@@ -389,6 +390,114 @@ fn training_section(env: &Env) -> Result<()> {
     );
     println!("  checkpoint        -> {} (weights, optimiser moments, data position: resumable)", final_dir.display());
     println!("  try it: toolsmith train sft --preset tiny-world --out runs/sft   (about 15 minutes on 2 cores)");
+    Ok(())
+}
+
+/// Seconds of RL from the SFT checkpoint above: a group of sampled episodes decoded as one batch,
+/// their rewards and advantages, token-exact rescoring, then one iteration of `train rl`.
+fn rl_section(env: &Env) -> Result<()> {
+    use std::sync::{Arc, Mutex};
+
+    use toolsmith_agent::backend::{BatchConfig, BatchedBackend, GenerateOptions};
+    use toolsmith_agent::env::{Corpus, World, WorldConfig};
+    use toolsmith_agent::tools::{Executor, LocalTools};
+    use toolsmith_agent::{Agent, AgentConfig, Mode};
+    use toolsmith_policy::{LoadOptions, Policy};
+    use toolsmith_train::config::WorldsData;
+    use toolsmith_train::rl::advantage::{GroupNorm, group_advantages};
+    use toolsmith_train::rl::episode::episode_sequences;
+    use toolsmith_train::rl::reward::{self, RewardConfig};
+    use toolsmith_train::rl::{Method, RlConfig, RlEvent, RlTrainer};
+    use toolsmith_train::sequence::SequenceBuilder;
+
+    println!("\nreinforcement learning (group-relative; `toolsmith train rl`):");
+    let init = env.policy_dir().with_file_name("quickstart-sft").join("final");
+    let world = World::generate(WorldConfig { seed: 5, countries: 2, tasks_per_family: 1 });
+    let task = world.tasks().into_iter().next().context("the world has no tasks")?;
+    let corpus = Arc::new(Corpus::new(&world.documents())?);
+    let tools: Arc<dyn Executor> = Arc::new(LocalTools::new().with_corpus(corpus));
+    let policy = Arc::new(Mutex::new(Policy::load(&init, LoadOptions::default())?));
+    let backend = Arc::new(BatchedBackend::new(policy.clone(), "quickstart-sft", BatchConfig::default()));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let episodes = runtime.block_on(async {
+        let handles: Vec<_> = (0..4_u64)
+            .map(|seed| {
+                let generate = GenerateOptions { max_tokens: 48, temperature: 1.0, seed, ..GenerateOptions::default() };
+                let config = AgentConfig { mode: Mode::Searl, max_turns: 2, generate, ..AgentConfig::default() };
+                let agent = Agent::new(backend.clone(), tools.clone(), config);
+                let question = task.question.clone();
+                tokio::spawn(async move { agent.run(&question).await })
+            })
+            .collect();
+        let mut episodes = Vec::new();
+        for h in handles {
+            episodes.push(h.await?);
+        }
+        anyhow::Ok(episodes)
+    })?;
+    let rewards: Vec<f64> =
+        episodes.iter().map(|e| reward::searl(e, &task.golden_answers, &RewardConfig::default()).total).collect();
+    let advantages = group_advantages(&rewards, GroupNorm::MeanStd);
+    let show = |v: &[f64]| v.iter().map(|x| format!("{x:+.2}")).collect::<Vec<_>>().join(" ");
+    println!("  a group of 4      -> episodes of one task sampled at temperature 1, their turns decoded as one batch");
+    println!(
+        "  SEARL rewards     -> {}   (format, execution and penalty terms; +1 for a right answer)",
+        show(&rewards)
+    );
+    let note = if toolsmith_train::rl::advantage::informative(&rewards) {
+        "(r - mean) / std within the group"
+    } else {
+        "all rewards equal: a group that teaches nothing, which DAPO's dynamic sampling drops"
+    };
+    println!("  advantages        -> {}   ({note})", show(&advantages));
+    let (mut tokens, mut max_diff) = (0, 0.0_f64);
+    {
+        let policy = policy.lock().map_err(|_| anyhow::anyhow!("the policy lock is poisoned"))?;
+        let builder = SequenceBuilder::for_policy(&policy)?;
+        for e in &episodes {
+            for seq in episode_sequences(&builder, e)? {
+                let scores = toolsmith_policy::tch::no_grad(|| policy.score(std::slice::from_ref(&seq.tokens), false))?;
+                let row = Vec::<f64>::try_from(scores.logprobs.get(0).to_kind(toolsmith_policy::tch::Kind::Double))?;
+                for (i, &m) in seq.tokens.loss_mask.iter().enumerate() {
+                    if m {
+                        tokens += 1;
+                        max_diff = max_diff.max((row[i] - seq.behaviour[i]).abs());
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "  token-exact       -> the trainer rescored the {tokens} sampled tokens: max |log p - behaviour| = {max_diff:.1e}"
+    );
+    let out = env.policy_dir().with_file_name("quickstart-rl");
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
+    }
+    let base = RlConfig::for_method(Method::Searl);
+    let config = RlConfig {
+        init: init.to_string_lossy().into_owned(),
+        worlds: WorldsData { seeds: vec![5], countries: 2, tasks_per_family: 1, styles: vec![Mode::Searl] },
+        eval: None,
+        iterations: 1,
+        tasks_per_iteration: 2,
+        group_size: 4,
+        max_turns: 2,
+        max_tokens: 32,
+        device: "cpu".into(),
+        ..base
+    };
+    let tools_for = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
+    let mut trainer = RlTrainer::prepare(config, &out, false, &tools_for)?;
+    trainer.run(&mut |e| {
+        if let RlEvent::Iteration(m) = e {
+            println!(
+                "  1 iteration       -> {} episodes in {} groups: reward {:.2}, KL {:.4}, clip {:.3}, entropy {:.2}, {:.0} rollout tokens/s",
+                m.episodes, m.groups, m.reward, m.kl, m.clip_fraction, m.entropy, m.rollout_tokens_per_sec
+            );
+        }
+    })?;
+    println!("  try it: toolsmith train rl --preset tiny-world --method gap --init runs/sft/final --out runs/rl");
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOptions, LocalBackend};
 use toolsmith_agent::env::{Corpus, World, WorldConfig};
-use toolsmith_agent::tools::LocalTools;
+use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_agent::{Agent, AgentConfig, Mode, Trajectory};
 use toolsmith_policy::{LoadOptions, Policy};
 
@@ -66,6 +66,42 @@ fn main() {
         one.push(a);
         all.push(b);
     }
+    // Decoding alone, without the agent loop: the first prompt of the task, 96 tokens, one
+    // sequence against eight (the same prompt, eight seeds).
+    let prompt = {
+        let guard = policy.lock().expect("policy");
+        let messages = toolsmith_agent::runner::context(
+            Mode::Gap.context(),
+            &toolsmith_agent::runner::system_prompt(
+                Mode::Gap,
+                &LocalTools::new().with_corpus(corpus.clone()).manifests(),
+                toolsmith_agent::ToolFormat::Compact,
+            ),
+            &question,
+            &[],
+        );
+        toolsmith_agent::backend::local::prompt_ids(&guard, &messages).expect("prompt")
+    };
+    let params = toolsmith_policy::SamplingParams {
+        max_new_tokens: 96,
+        temperature: 1.0,
+        ignore_eos: true,
+        ..toolsmith_policy::SamplingParams::default()
+    };
+    let decode = |n: usize| {
+        let guard = policy.lock().expect("policy");
+        let prompts = vec![prompt.clone(); n];
+        let seeds: Vec<u64> = (0..n as u64).collect();
+        let started = Instant::now();
+        let (out, _) = guard.generate_seeded(&prompts, &params, &seeds).expect("generate");
+        out.iter().map(|g| g.output_ids.len()).sum::<usize>() as f64 / started.elapsed().as_secs_f64()
+    };
+    let (d1, d8) = (median((0..3).map(|_| decode(1)).collect()), median((0..3).map(|_| decode(n)).collect()));
+    println!(
+        "decoding alone ({}-token prompt, 96 tokens): 1 sequence {d1:.0} tokens/s, {n} sequences {d8:.0} tokens/s, ratio {:.2}",
+        prompt.len(),
+        d8 / d1
+    );
     let (a, b) = (median(one), median(all));
     println!();
     println!("| episodes | threads | one after another (tokens/s) | batched (tokens/s) | ratio |");

@@ -201,13 +201,37 @@ impl Policy {
         let prompt_valid = valid.narrow(1, 0, prompt_len);
         let positions = (prompt_valid.cumsum(1, Kind::Int64) - 1).clamp_min(0);
         let mut next_pos = positions.select(1, -1) + 1;
-        let mut cache = model.new_cache(b, capacity);
-
+        // Identical prompts (a group's episodes start from the same one) are prefilled once and
+        // their cache rows copied.
+        let mut first: Vec<i64> = Vec::new();
+        let mut row_of: Vec<i64> = Vec::with_capacity(batch);
+        for (i, p) in prompts.iter().enumerate() {
+            match first.iter().position(|&f| prompts[f as usize] == *p) {
+                Some(k) => row_of.push(k as i64),
+                None => {
+                    row_of.push(first.len() as i64);
+                    first.push(i as i64);
+                }
+            }
+        }
         let started = Instant::now();
-        let mask =
-            if padded { AttentionMask::with_padding(&prompt_valid, 0, prompt_len) } else { AttentionMask::Causal };
-        let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
-        let mut logits = model.logits(&hidden.select(1, -1));
+        let (mut cache, mut logits) = if first.len() < batch {
+            let pick = Tensor::from_slice(&first).to_device(device);
+            let (ids, positions, prompt_valid) =
+                (ids.index_select(0, &pick), positions.index_select(0, &pick), prompt_valid.index_select(0, &pick));
+            let mut cache = model.new_cache(first.len() as i64, capacity);
+            let mask =
+                if padded { AttentionMask::with_padding(&prompt_valid, 0, prompt_len) } else { AttentionMask::Causal };
+            let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
+            let rows = Tensor::from_slice(&row_of).to_device(device);
+            (cache.select_rows(&rows), model.logits(&hidden.select(1, -1)).index_select(0, &rows))
+        } else {
+            let mut cache = model.new_cache(b, capacity);
+            let mask =
+                if padded { AttentionMask::with_padding(&prompt_valid, 0, prompt_len) } else { AttentionMask::Causal };
+            let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
+            (cache, model.logits(&hidden.select(1, -1)))
+        };
         let mut rows = logits_rows(&logits, vocab)?;
         stats.prefill_secs = started.elapsed().as_secs_f64();
 

@@ -70,6 +70,31 @@ fn batched_generation_equals_one_prompt_at_a_time() {
 }
 
 #[test]
+fn shared_prompts_prefill_once_and_seeded_requests_draw_as_alone() {
+    // A group: the same prompt four times (prefilled once, its cache rows copied) and another,
+    // each request with a seed of its own.
+    let policy = common::tiny(2);
+    let mut prompts = prompts(&policy);
+    let (a, b) = (prompts.remove(0), prompts.remove(0));
+    let batch = vec![a.clone(), a.clone(), b.clone(), a.clone(), a.clone()];
+    let seeds = [40, 41, 42, 43, 40];
+    let params = SamplingParams { max_new_tokens: 12, temperature: 1.0, ..SamplingParams::default() };
+    let (together, _) = policy.generate_seeded(&batch, &params, &seeds).expect("batch");
+    for (i, prompt) in batch.iter().enumerate() {
+        let single = SamplingParams { seed: seeds[i], ..params.clone() };
+        let (alone, _) = policy.generate(std::slice::from_ref(prompt), &single, None).expect("single");
+        assert_eq!(together[i].output_ids, alone[0].output_ids, "request {i}");
+        for (x, y) in together[i].logprobs.iter().zip(&alone[0].logprobs) {
+            assert!((x - y).abs() < 1e-4, "request {i}: {x} vs {y}");
+        }
+    }
+    // Same prompt and seed, same draw; other seeds, other draws.
+    assert_eq!(together[0].output_ids, together[4].output_ids);
+    assert_ne!(together[0].output_ids, together[1].output_ids);
+    assert!(policy.generate_seeded(&batch, &params, &seeds[..2]).is_err());
+}
+
+#[test]
 fn seeded_sampling_is_reproducible_and_seeds_differ() {
     let policy = common::tiny(3);
     let prompt = prompts(&policy).remove(0);
