@@ -282,7 +282,7 @@ fn an_rl_run_killed_mid_iteration_resumes_from_its_last_checkpoint() {
     let mut resume = rl_args(out_str);
     resume.push("--resume");
     let summary = ok(&run(&resume));
-    assert!(summary.contains("policy:"), "{summary}");
+    assert!(summary.contains("policy:") && summary.contains("iterations 1..3"), "{summary}");
     // At most the iteration in flight was lost; every iteration is recorded once, in order.
     assert_eq!(iterations(&out), vec![1, 2, 3]);
     assert!(out.join("final/model.safetensors").exists());

@@ -262,19 +262,24 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
     stop_on_ctrl_c(trainer.cancel_flag());
     let result = trainer.run(&mut on_event);
     bar.finish_and_clear();
+    finish(result, || format!("step {}", trainer.state().step), &args.out)
+}
+
+/// How a run ended: a summary and the final policy, or where a cancelled run stopped.
+fn finish(
+    result: Result<PathBuf, toolsmith_train::TrainError>,
+    stopped_at: impl FnOnce() -> String,
+    out: &Path,
+) -> Result<ExitCode> {
     if let Err(toolsmith_train::TrainError::Cancelled) = result {
-        eprintln!(
-            "stopped at step {} with a checkpoint; continue with --resume --out {}",
-            trainer.state().step,
-            args.out.display()
-        );
+        eprintln!("stopped at {} with a checkpoint; continue with --resume --out {}", stopped_at(), out.display());
         return Ok(ExitCode::from(130));
     }
     let final_dir = result.context("training failed")?;
-    let records = metrics::read(&args.out.join(metrics::METRICS_FILE))?;
+    let records = metrics::read(&out.join(metrics::METRICS_FILE))?;
     print!("{}", report::summary(&records));
     println!("policy: {} (e.g. toolsmith eval --policy {})", final_dir.display(), final_dir.display());
-    println!("curves: toolsmith train report {}", args.out.display());
+    println!("curves: toolsmith train report {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -379,19 +384,7 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
     stop_on_ctrl_c(trainer.cancel_flag());
     let result = trainer.run(&mut on_event);
     bar.finish_and_clear();
-    if let Err(toolsmith_train::TrainError::Cancelled) = result {
-        eprintln!(
-            "stopped at iteration {} with a checkpoint; continue with --resume --out {}",
-            trainer.state().step,
-            args.out.display()
-        );
-        return Ok(ExitCode::from(130));
-    }
-    let final_dir = result.context("training failed")?;
-    let records = metrics::read(&args.out.join(metrics::METRICS_FILE))?;
-    print!("{}", report::summary(&records));
-    println!("policy: {} (e.g. toolsmith eval --policy {})", final_dir.display(), final_dir.display());
-    Ok(ExitCode::SUCCESS)
+    finish(result, || format!("iteration {}", trainer.state().step), &args.out)
 }
 
 /// The first Ctrl-C stops training after the current step, with a checkpoint; a second one

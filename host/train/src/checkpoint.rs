@@ -161,6 +161,36 @@ impl RunDir {
         found
     }
 
+    /// Whether a run asked to `resume` can: true when it should restore the newest checkpoint,
+    /// false when it starts fresh (a run killed before its first checkpoint starts over). A fresh
+    /// start over an existing run is an error: its checkpoints would be overwritten.
+    pub fn should_resume(&self, resume: bool) -> Result<bool, TrainError> {
+        let found = self.has_checkpoint();
+        match (resume, found) {
+            (true, true) => Ok(true),
+            (true, false) => {
+                tracing::warn!(run = %self.root.display(), "no checkpoint to resume from yet; starting from the beginning");
+                Ok(false)
+            }
+            (false, true) => Err(TrainError::Config(format!(
+                "{} already holds a run; pass --resume to continue it or choose another --out",
+                self.root.display()
+            ))),
+            (false, false) => Ok(false),
+        }
+    }
+
+    /// Writes `policy` as the run's final policy (`RUN/final`), whole or not at all.
+    pub fn publish(&self, policy: &Policy) -> Result<PathBuf, TrainError> {
+        let final_dir = self.final_policy();
+        let partial = self.root.join("final.partial");
+        let _ = fs::remove_dir_all(&partial);
+        policy.save(&partial)?;
+        let _ = fs::remove_dir_all(&final_dir);
+        fs::rename(&partial, &final_dir).map_err(|e| TrainError::io(&final_dir, e))?;
+        Ok(final_dir)
+    }
+
     /// Writes a checkpoint of `policy`, `optimizer` and `state` (and the run's metrics so far),
     /// atomically; keeps the newest `keep` checkpoints. Returns its directory.
     pub fn save(

@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::TrainError;
-use crate::metrics::{EvalMetrics, Record, StepMetrics};
+use crate::metrics::{EvalMetrics, IterationMetrics, Record, StepMetrics};
 
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -147,6 +147,24 @@ pub fn summary(records: &[Record]) -> String {
             mean(&steps[..k]),
             mean(&steps[steps.len() - k..]),
             rates[rates.len() / 2],
+            last.elapsed_s
+        );
+    }
+    let iterations: Vec<&IterationMetrics> =
+        records.iter().filter_map(|r| if let Record::Iteration(m) = r { Some(m) } else { None }).collect();
+    if let (Some(first), Some(last)) = (iterations.first(), iterations.last()) {
+        let _ = writeln!(
+            out,
+            "iterations {}..{} · reward {:.3} -> {:.3} · sampled EM {:.2} -> {:.2} · KL {:.4} · entropy {:.2} -> {:.2} · {:.0} s",
+            first.iteration,
+            last.iteration,
+            first.reward,
+            last.reward,
+            first.em,
+            last.em,
+            last.kl,
+            first.entropy,
+            last.entropy,
             last.elapsed_s
         );
     }

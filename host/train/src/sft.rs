@@ -411,12 +411,7 @@ impl SftTrainer {
         }
         self.evaluate(on_event)?;
         let dir = self.checkpoint(on_event)?;
-        let final_dir = self.run.final_policy();
-        let partial = self.run.root().join("final.partial");
-        let _ = std::fs::remove_dir_all(&partial);
-        self.lock().save(&partial)?;
-        let _ = std::fs::remove_dir_all(&final_dir);
-        std::fs::rename(&partial, &final_dir).map_err(|e| TrainError::io(&final_dir, e))?;
+        let final_dir = self.run.publish(&self.lock())?;
         tracing::info!(checkpoint = %dir.display(), "training finished");
         Ok(final_dir)
     }
@@ -483,24 +478,10 @@ pub fn prepare(
     }
     let options = load_options(&config)?;
     let run = RunDir::create(out)?;
-    let resume = resume && {
-        let found = run.has_checkpoint();
-        if !found {
-            // Killed before its first checkpoint: there is nothing to continue, so start over.
-            tracing::warn!(run = %out.display(), "no checkpoint to resume from yet; starting from the beginning");
-        }
-        found
-    };
-    let (policy, resumed) = if resume {
+    let (policy, resumed) = if run.should_resume(resume)? {
         let restored = run.restore(options)?;
         (restored.policy, Some((restored.state, restored.dir)))
     } else {
-        if run.has_checkpoint() {
-            return Err(TrainError::Config(format!(
-                "{} already holds a run; pass --resume to continue it or choose another --out",
-                out.display()
-            )));
-        }
         (init_policy(&config, options)?, None)
     };
     let builder = SequenceBuilder::for_policy(&policy)?;

@@ -138,13 +138,6 @@ impl RlTrainer {
         }
         let options = crate::sft::load_options_for(&config.device, &config.precision)?;
         let run = RunDir::create(out)?;
-        let resume = resume && {
-            let found = run.has_checkpoint();
-            if !found {
-                tracing::warn!(run = %out.display(), "no checkpoint to resume from yet; starting from the beginning");
-            }
-            found
-        };
         let initial = if config.init == "tiny" {
             Policy::tiny(config.seed, options)?
         } else {
@@ -152,16 +145,10 @@ impl RlTrainer {
         };
         // The KL anchor is the starting policy, frozen, whatever iteration a run resumes at.
         let reference = if config.loss.kl_coef > 0.0 { Some(initial.reference()?) } else { None };
-        let (policy, resumed) = if resume {
+        let (policy, resumed) = if run.should_resume(resume)? {
             let restored = run.restore(options)?;
             (restored.policy, Some((restored.state, restored.dir)))
         } else {
-            if run.has_checkpoint() {
-                return Err(TrainError::Config(format!(
-                    "{} already holds a run; pass --resume to continue it or choose another --out",
-                    out.display()
-                )));
-            }
             (initial, None)
         };
         let worlds: Vec<TrainWorld> = config
@@ -286,13 +273,7 @@ impl RlTrainer {
         }
         self.evaluate(on_event)?;
         self.checkpoint(on_event)?;
-        let final_dir = self.run.final_policy();
-        let partial = self.run.root().join("final.partial");
-        let _ = std::fs::remove_dir_all(&partial);
-        self.lock().save(&partial)?;
-        let _ = std::fs::remove_dir_all(&final_dir);
-        std::fs::rename(&partial, &final_dir).map_err(|e| TrainError::io(&final_dir, e))?;
-        Ok(final_dir)
+        self.run.publish(&self.lock())
     }
 
     /// Tasks `from..from + count` of the current iteration's order of every training task,
