@@ -187,7 +187,9 @@ impl RlTrainer {
                         "the training worlds differ from the ones this run was trained on; resume with the same worlds",
                     ));
                 }
-                optimizer.load(&dir.join(crate::checkpoint::OPTIMIZER_STATE), state.step * config.epochs as u64)?;
+                // The updates applied, as the policy recorded them (an iteration whose groups were
+                // all dropped applies none).
+                optimizer.load(&dir.join(crate::checkpoint::OPTIMIZER_STATE), policy.state().step)?;
                 TrainerState { total_steps: total, config: config_json, ..state }
             }
             None => {
@@ -651,7 +653,8 @@ impl RlTrainer {
                 entropy = entropy_sum / stats.tokens.max(1.0);
             }
         }
-        self.lock().state_mut().step = (self.state.step + 1) * self.config.epochs as u64;
+        let updates = self.optimizer.steps();
+        self.lock().state_mut().step = updates;
         Ok((last_loss, grad_norm, lr, first_stats, entropy))
     }
 
