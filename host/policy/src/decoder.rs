@@ -152,19 +152,6 @@ impl Attention {
             None => (k, v),
         };
         let gqa = self.kv_heads != self.heads;
-        if t == 1 && gqa {
-            // One new token (a decoding step): the query heads that share a key/value head
-            // become that head's queries, so the cache is attended as it is; with the kernel's
-            // own grouping the cache was repeated per query head at every step.
-            let group = self.heads / self.kv_heads;
-            let q = q.reshape([b, self.kv_heads, group, self.head_dim]);
-            let m = match mask {
-                AttentionMask::Causal => None,
-                AttentionMask::Explicit(m) => Some(m),
-            };
-            let y = Tensor::scaled_dot_product_attention(&q, &k, &v, m, 0.0, false, None, false);
-            return self.o_proj.forward(&y.reshape([b, 1, self.heads * self.head_dim]));
-        }
         let y = match mask {
             AttentionMask::Causal => {
                 Tensor::scaled_dot_product_attention(&q, &k, &v, None::<&Tensor>, 0.0, t > 1, None, gqa)
