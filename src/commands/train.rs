@@ -209,12 +209,7 @@ fn resolve(args: &SftArgs) -> Result<SftConfig> {
     } else if args.epochs.is_some() {
         config.steps = None;
     }
-    if args.no_eval {
-        config.eval = None;
-    }
-    if let (Some(n), Some(eval)) = (args.eval_tasks, config.eval.as_mut()) {
-        eval.tasks_per_family = n;
-    }
+    held_out(&mut config.eval, args.no_eval, args.eval_tasks);
     config.validate()?;
     Ok(config)
 }
@@ -227,10 +222,7 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
     let trainer = sft::prepare(config, &args.out, args.resume, &tools_for);
     spinner.finish_and_clear();
     let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.out.display()))?;
-    let bar = ProgressBar::new(0).with_style(
-        ProgressStyle::with_template("{bar:30} step {pos}/{len} · {msg} · {elapsed} (eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar("step");
     // Lines above the bar, or plain lines when there is no terminal (the bar is hidden).
     let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
     let mut on_event = |event: Event<'_>| match event {
@@ -263,6 +255,23 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
     let result = trainer.run(&mut on_event);
     bar.finish_and_clear();
     finish(result, || format!("step {}", trainer.state().step), &args.out)
+}
+
+/// The held-out flags over a config's evaluation settings.
+fn held_out(eval: &mut Option<toolsmith_train::config::EvalConfig>, off: bool, tasks_per_family: Option<usize>) {
+    if off {
+        *eval = None;
+    }
+    if let (Some(n), Some(eval)) = (tasks_per_family, eval.as_mut()) {
+        eval.tasks_per_family = n;
+    }
+}
+
+/// A training progress bar counting `unit`s (hidden when stderr is not a terminal).
+fn progress_bar(unit: &str) -> ProgressBar {
+    let template = format!("{{bar:30}} {unit} {{pos}}/{{len}} · {{msg}} · {{elapsed}} (eta {{eta}})");
+    ProgressBar::new(0)
+        .with_style(ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()))
 }
 
 /// How a run ended: a summary and the final policy, or where a cancelled run stopped.
@@ -334,12 +343,7 @@ fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
          tasks_per_iteration => tasks_per_iteration, max_turns => max_turns, max_tokens => max_tokens,
          lr => lr, seed => seed, device => device, threads => threads, eval_every => eval_every,
          checkpoint_every => checkpoint_every);
-    if args.no_eval {
-        config.eval = None;
-    }
-    if let (Some(n), Some(eval)) = (args.eval_tasks, config.eval.as_mut()) {
-        eval.tasks_per_family = n;
-    }
+    held_out(&mut config.eval, args.no_eval, args.eval_tasks);
     config.validate()?;
     Ok(config)
 }
@@ -352,10 +356,7 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
     let trainer = RlTrainer::prepare(config, &args.out, args.resume, &tools_for);
     spinner.finish_and_clear();
     let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.out.display()))?;
-    let bar = ProgressBar::new(0).with_style(
-        ProgressStyle::with_template("{bar:30} iteration {pos}/{len} · {msg} · {elapsed} (eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar("iteration");
     let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
     let mut on_event = |event: RlEvent<'_>| match event {
         RlEvent::Started { iteration, total } => {
