@@ -251,7 +251,12 @@ impl SftConfig {
 
 /// The JSON Schema of [`SftConfig`] (`schemas/train-sft.schema.json`).
 pub fn schema() -> serde_json::Value {
+    schema_of::<SftConfig>()
+}
+
+/// A config type's JSON Schema (draft 2020-12, subschemas inlined).
+pub fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
     let mut settings = schemars::generate::SchemaSettings::draft2020_12();
     settings.inline_subschemas = true;
-    settings.into_generator().into_root_schema_for::<SftConfig>().to_value()
+    settings.into_generator().into_root_schema_for::<T>().to_value()
 }

@@ -12,9 +12,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use toolsmith_policy::{FinishReason, Policy, SamplingParams};
+use toolsmith_policy::Policy;
 
-use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message, TurnTokens, Usage};
+use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message};
 
 struct Job {
     messages: Vec<Message>,
@@ -132,38 +132,16 @@ fn decode(policy: &Policy, jobs: Vec<Job>) {
     let Some((first, _)) = ready.first() else { return };
     let options = first.options.clone();
     let longest = ready.iter().map(|(_, p)| p.len()).max().unwrap_or(0);
-    let params = SamplingParams {
-        // The batch shares one budget; the longest prompt bounds it within the context.
-        max_new_tokens: options.max_tokens.min(context - longest),
-        temperature: options.temperature,
-        top_p: options.top_p,
-        top_k: options.top_k,
-        repetition_penalty: options.repetition_penalty,
-        stop_strings: options.stop.clone(),
-        seed: 0,
-        ..SamplingParams::default()
-    };
+    // The batch shares one budget; the longest prompt bounds it within the context. Each
+    // request's seed is passed on its own.
+    let params = options.sampling(context - longest);
     let prompts: Vec<Vec<i64>> = ready.iter().map(|(_, p)| p.clone()).collect();
     let seeds: Vec<u64> = ready.iter().map(|(j, _)| j.options.seed).collect();
     let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
     match policy.generate_seeded(&prompts, &params, &seeds) {
         Ok((generations, _)) => {
             for ((job, prompt), g) in ready.into_iter().zip(generations) {
-                let closed = g.finish_reason == FinishReason::Eos
-                    && end_of_turn.is_some()
-                    && g.output_ids.last().copied() == end_of_turn;
-                let completion = Completion {
-                    usage: Usage { prompt_tokens: prompt.len(), completion_tokens: g.output_ids.len() },
-                    finish_reason: if g.finish_reason == FinishReason::Length { "length" } else { "stop" }.into(),
-                    text: g.text,
-                    tokens: Some(TurnTokens {
-                        output_ids: g.output_ids,
-                        logprobs: g.logprobs,
-                        finish: g.finish_reason,
-                        closed,
-                    }),
-                };
-                let _ = job.reply.send(Ok(completion));
+                let _ = job.reply.send(Ok(Completion::from_generation(g, prompt.len(), end_of_turn)));
             }
         }
         Err(e) => {

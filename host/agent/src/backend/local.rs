@@ -3,9 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use toolsmith_policy::{FinishReason, Policy, SamplingParams, TokenEvent};
+use toolsmith_policy::{Policy, TokenEvent};
 
-use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message, TurnTokens, Usage};
+use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message};
 
 /// A shared local policy.
 #[derive(Debug, Clone)]
@@ -39,22 +39,15 @@ impl LocalBackend {
         mut on_text: Option<&mut dyn FnMut(&str)>,
     ) -> Result<Completion, BackendError> {
         let policy = self.policy.lock().unwrap_or_else(|p| p.into_inner());
-        let prompt = prompt_ids(&policy, messages)?;
+        let tokenizer = policy.tokenizer();
+        let template = ChatTemplate::of(tokenizer)?;
+        let prompt = template.encode(tokenizer, messages, true)?.ids;
         // Positions past the model's context are not refused by the arithmetic, only wrong.
         let context = usize::try_from(policy.config().common().max_position_embeddings).unwrap_or(usize::MAX);
         if prompt.len() >= context {
             return Err(BackendError::ContextFull { prompt: prompt.len(), context });
         }
-        let params = SamplingParams {
-            max_new_tokens: options.max_tokens.min(context - prompt.len()),
-            temperature: options.temperature,
-            top_p: options.top_p,
-            top_k: options.top_k,
-            repetition_penalty: options.repetition_penalty,
-            stop_strings: options.stop.clone(),
-            seed: options.seed,
-            ..SamplingParams::default()
-        };
+        let params = options.sampling(context - prompt.len());
         let mut forward = |e: TokenEvent<'_>| {
             if let Some(f) = on_text.as_mut()
                 && !e.text.is_empty()
@@ -65,27 +58,7 @@ impl LocalBackend {
         let callback: Option<&mut dyn FnMut(TokenEvent<'_>)> = Some(&mut forward);
         let (mut generations, _) = policy.generate(std::slice::from_ref(&prompt), &params, callback)?;
         let generation = generations.pop().ok_or_else(|| BackendError::Join("no generation".into()))?;
-        let finish_reason = match generation.finish_reason {
-            FinishReason::Length => "length",
-            _ => "stop",
-        };
-        // Closed when the model sampled the very token the template ends a turn with; any other
-        // end-of-sequence token stays part of the turn's ids.
-        let end_of_turn = ChatTemplate::of(policy.tokenizer())?.end_of_turn(policy.tokenizer())?;
-        let closed = generation.finish_reason == FinishReason::Eos
-            && end_of_turn.is_some()
-            && generation.output_ids.last().copied() == end_of_turn;
-        Ok(Completion {
-            text: generation.text,
-            usage: Usage { prompt_tokens: prompt.len(), completion_tokens: generation.output_ids.len() },
-            finish_reason: finish_reason.into(),
-            tokens: Some(TurnTokens {
-                output_ids: generation.output_ids,
-                logprobs: generation.logprobs,
-                finish: generation.finish_reason,
-                closed,
-            }),
-        })
+        Ok(Completion::from_generation(generation, prompt.len(), template.end_of_turn(tokenizer)?))
     }
 }
 

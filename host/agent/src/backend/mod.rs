@@ -138,7 +138,45 @@ fn one() -> f64 {
     1.0
 }
 
+impl Completion {
+    /// The completion of a local generation from a prompt of `prompt_tokens` tokens.
+    /// `end_of_turn` is the token the chat template closes a turn with
+    /// ([`ChatTemplate::end_of_turn`]): a turn is closed when the model sampled that very token;
+    /// any other end-of-sequence token stays part of the turn's ids.
+    pub fn from_generation(g: toolsmith_policy::Generation, prompt_tokens: usize, end_of_turn: Option<i64>) -> Self {
+        use toolsmith_policy::FinishReason;
+        let closed =
+            g.finish_reason == FinishReason::Eos && end_of_turn.is_some_and(|e| g.output_ids.last() == Some(&e));
+        Completion {
+            usage: Usage { prompt_tokens, completion_tokens: g.output_ids.len() },
+            finish_reason: if g.finish_reason == FinishReason::Length { "length" } else { "stop" }.into(),
+            text: g.text,
+            tokens: Some(TurnTokens {
+                output_ids: g.output_ids,
+                logprobs: g.logprobs,
+                finish: g.finish_reason,
+                closed,
+            }),
+        }
+    }
+}
+
 impl GenerateOptions {
+    /// The sampler's settings for these options, with at most `max_new_tokens` new tokens (the
+    /// room the context leaves).
+    pub fn sampling(&self, max_new_tokens: usize) -> toolsmith_policy::SamplingParams {
+        toolsmith_policy::SamplingParams {
+            max_new_tokens: self.max_tokens.min(max_new_tokens),
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            repetition_penalty: self.repetition_penalty,
+            stop_strings: self.stop.clone(),
+            seed: self.seed,
+            ..toolsmith_policy::SamplingParams::default()
+        }
+    }
+
     /// The options of turn `turn` of an episode: the same, with a seed of its own.
     pub fn for_turn(&self, turn: usize) -> GenerateOptions {
         // A multiplicative hash spreads consecutive turns over the seed space, so episode

@@ -329,7 +329,5 @@ fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
 
 /// The JSON Schema of [`RlConfig`] (`schemas/train-rl.schema.json`).
 pub fn schema() -> serde_json::Value {
-    let mut settings = schemars::generate::SchemaSettings::draft2020_12();
-    settings.inline_subschemas = true;
-    settings.into_generator().into_root_schema_for::<RlConfig>().to_value()
+    crate::config::schema_of::<RlConfig>()
 }

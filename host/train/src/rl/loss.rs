@@ -97,7 +97,8 @@ pub struct LossInputs<'a> {
     pub ref_logprobs: Option<&'a Tensor>,
     /// Advantage of each token.
     pub advantages: &'a Tensor,
-    /// Aggregation weight of each token (see [`token_weights`]).
+    /// Aggregation weight of each token (see [`token_weights`]); `[batch, 1]` broadcasts one
+    /// weight per sequence.
     pub weights: &'a Tensor,
 }
 

@@ -589,15 +589,6 @@ impl RlTrainer {
             self.optimizer.zero_grad();
             let (mut stats, mut entropy_sum) = (LossStats::default(), 0.0);
             let config = self.config.loss;
-            let rows = |range: std::ops::Range<usize>, t: i64, f: &dyn Fn(&Example) -> Vec<f64>| -> Tensor {
-                let mut flat = vec![0_f32; range.len() * t as usize];
-                for (r, i) in range.enumerate() {
-                    for (j, v) in f(&examples[i]).into_iter().enumerate().take(t as usize) {
-                        flat[r * t as usize + j] = v as f32;
-                    }
-                }
-                Tensor::from_slice(&flat).view([-1, t])
-            };
             let mut failure = None;
             let loss = policy.accumulate_gradients(
                 &sequences,
@@ -606,18 +597,19 @@ impl RlTrainer {
                 |scores, range| {
                     let t = scores.logprobs.size()[1];
                     let device = scores.logprobs.device();
-                    let old = rows(range.clone(), t, &|e| e.sequence.behaviour.clone()).to_device(device);
-                    let adv = rows(range.clone(), t, &|e| e.advantages.clone()).to_device(device);
-                    let w = {
-                        let mut flat = vec![0_f32; range.len() * t as usize];
-                        for (r, i) in range.clone().enumerate() {
-                            flat[r * t as usize..(r + 1) * t as usize].fill(weights[i] as f32);
-                        }
-                        Tensor::from_slice(&flat).view([-1, t]).to_device(device)
-                    };
-                    let reference = examples[range.start].reference.is_some().then(|| {
-                        rows(range.clone(), t, &|e| e.reference.clone().unwrap_or_default()).to_device(device)
-                    });
+                    let rows =
+                        |pick: fn(&Example) -> &[f64]| padded_rows(&examples[range.clone()], t, pick).to_device(device);
+                    let old = rows(|e| &e.sequence.behaviour);
+                    let adv = rows(|e| &e.advantages);
+                    // One weight per sequence, broadcast over its tokens.
+                    let w = Tensor::from_slice(&weights[range.clone()])
+                        .to_kind(Kind::Float)
+                        .view([-1, 1])
+                        .to_device(device);
+                    let reference = examples[range.start]
+                        .reference
+                        .is_some()
+                        .then(|| rows(|e| e.reference.as_deref().unwrap_or_default()));
                     let inputs = LossInputs {
                         mask: &scores.mask,
                         old_logprobs: &old,
@@ -675,6 +667,18 @@ impl RlTrainer {
         on_event(RlEvent::Checkpoint { iteration: self.state.step, dir: &dir });
         Ok(dir)
     }
+}
+
+/// A `[examples, t]` tensor of each example's `pick`ed values, zero-padded (or cut) to `t`.
+fn padded_rows(examples: &[Example], t: i64, pick: fn(&Example) -> &[f64]) -> Tensor {
+    let t_len = t as usize;
+    let mut flat = vec![0_f32; examples.len() * t_len];
+    for (row, e) in flat.chunks_mut(t_len).zip(examples) {
+        for (slot, &v) in row.iter_mut().zip(pick(e)) {
+            *slot = v as f32;
+        }
+    }
+    Tensor::from_slice(&flat).view([-1, t])
 }
 
 /// SEARL's anchor of each turn: the tool it invoked that is not the host's search (a created
