@@ -1,12 +1,14 @@
 //! Builds the bundled plugins (`plugins/`) from source and embeds the components.
 
 use std::fmt::Write;
-use std::path::Path;
 
 const PLUGINS: &[&str] = &["calculator", "text", "units", "json_query"];
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Read when the script runs, not baked in when it compiles: a target directory shared by
+    // checkouts at different paths reuses the compiled script.
+    let manifest_dir = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let root = manifest_dir.join("..");
     let guests = toolsmith_build::build_guests(
         &root.join("plugins"),
         PLUGINS,

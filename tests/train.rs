@@ -291,6 +291,10 @@ fn an_rl_run_killed_mid_iteration_resumes_from_its_last_checkpoint() {
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     assert!(entries.iter().all(|e| !e.contains("partial")), "{entries:?}");
+    // SEARL's tool graph came back with the weights and is sound.
+    let registry = out.join("registry.db");
+    let doctor = ok(&run(&["tools", "doctor", "--registry", registry.to_str().expect("utf-8")]));
+    assert!(doctor.contains("healthy"), "{doctor}");
 }
 
 #[test]

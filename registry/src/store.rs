@@ -823,6 +823,16 @@ impl Registry {
         Ok(missing.len())
     }
 
+    /// Writes a consistent, compacted copy of the database to `path`, which must not exist
+    /// (`VACUUM INTO`: one read transaction, so other connections may keep writing). The search
+    /// index is not copied; a registry opened from the copy rebuilds it.
+    pub fn snapshot(&self, path: &Path) -> Result<(), RegistryError> {
+        let target =
+            path.to_str().ok_or_else(|| RegistryError::Invalid(format!("{} is not a UTF-8 path", path.display())))?;
+        self.conn.execute("VACUUM INTO ?1", [target])?;
+        Ok(())
+    }
+
     /// Checks the database (`PRAGMA integrity_check`, foreign keys, stored manifests and vectors)
     /// and that the search index holds exactly the registry's tools.
     pub fn doctor(&mut self) -> Result<DoctorReport, RegistryError> {

@@ -47,6 +47,9 @@ pub enum WorldCommand {
         text: Option<PathBuf>,
         #[arg(long, default_value_t = 2)]
         text_per_family: usize,
+        /// How system prompts list tools: compact, json or brief (what the policy will see).
+        #[arg(long, default_value = "compact")]
+        tool_format: String,
     },
 }
 
@@ -104,7 +107,8 @@ pub struct PolicyArgs {
     /// List only tools retrieved from the tool graph for the question and the plan's tasks.
     #[arg(long)]
     pub retrieve: bool,
-    /// How the system prompt lists tools: compact (one line each) or json (OpenAI functions).
+    /// How the system prompt lists tools: compact (one line each), json (OpenAI functions) or
+    /// brief (compact with descriptions cut to their first clause, for small models).
     #[arg(long, default_value = "compact")]
     pub tool_format: String,
     /// A JSON-lines task set ({question, golden_answers}) [default: the bundled world].
@@ -159,8 +163,11 @@ pub struct RunArgs {
 
 pub fn world(env: &Env, cmd: WorldCommand) -> Result<ExitCode> {
     match cmd {
-        WorldCommand::Traces { world, styles, out, text, text_per_family } => {
-            traces(env, &world, &styles, &out, text.as_deref(), text_per_family)
+        WorldCommand::Traces { world, styles, out, text, text_per_family, tool_format } => {
+            let Some(format) = ToolFormat::parse(&tool_format) else {
+                bail!("unknown tool format `{tool_format}`: use compact, json or brief");
+            };
+            traces(env, &world, &styles, format, &out, text.as_deref(), text_per_family)
         }
         WorldCommand::Generate { world, out } => {
             let w = World::generate(world.config());
@@ -175,6 +182,7 @@ fn traces(
     env: &Env,
     world: &WorldArgs,
     styles: &[String],
+    tool_format: ToolFormat,
     out: &Path,
     text: Option<&Path>,
     per_family: usize,
@@ -195,7 +203,8 @@ fn traces(
     );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
     let examples =
-        runtime.block_on(toolsmith_agent::oracle::synthesize(&oracle, tools, &tasks, &styles, || bar.inc(1)));
+        runtime
+            .block_on(toolsmith_agent::oracle::synthesize(&oracle, tools, &tasks, &styles, tool_format, || bar.inc(1)));
     bar.finish_and_clear();
     let wrong = examples.iter().filter(|e| !e.correct).count();
     if wrong > 0 {
@@ -274,7 +283,7 @@ fn agent(
         bail!("unknown mode `{}`: use react, gap, mem or searl", args.mode);
     };
     let Some(tool_format) = ToolFormat::parse(&args.tool_format) else {
-        bail!("unknown tool format `{}`: use compact or json", args.tool_format);
+        bail!("unknown tool format `{}`: use compact, json or brief", args.tool_format);
     };
     let toolbox = env.toolbox_maybe_python("create_and_execute_mcp is")?;
     let limits = Limits { timeout: Duration::from_millis(args.timeout_ms), ..Limits::default() };

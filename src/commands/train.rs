@@ -101,6 +101,18 @@ pub struct RlArgs {
     /// A checkpoint every N iterations.
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
+    /// List every tool of the world instead of retrieving from the run's growing tool graph
+    /// (on by default for SEARL).
+    #[arg(long)]
+    pub no_graph: bool,
+    /// Sample rollouts on an external engine's OpenAI-compatible completions endpoint (vLLM,
+    /// SGLang, `toolsmith serve --policy`), e.g. http://127.0.0.1:8000/v1; the weights are pushed
+    /// to it after every update.
+    #[arg(long, value_name = "URL")]
+    pub engine: Option<String>,
+    /// The model name the engine serves.
+    #[arg(long, default_value = "policy", requires = "engine")]
+    pub engine_model: String,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,
@@ -344,6 +356,14 @@ fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
          lr => lr, seed => seed, device => device, threads => threads, eval_every => eval_every,
          checkpoint_every => checkpoint_every);
     held_out(&mut config.eval, args.no_eval, args.eval_tasks);
+    if args.no_graph {
+        config.graph = None;
+    }
+    if let Some(url) = &args.engine {
+        let engine = config.engine.get_or_insert_with(Default::default);
+        engine.url = url.clone();
+        engine.model = args.engine_model.clone();
+    }
     config.validate()?;
     Ok(config)
 }
@@ -369,10 +389,16 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
         }
         RlEvent::Iteration(m) => {
             bar.set_position(m.iteration);
-            let line = format!(
+            let mut line = format!(
                 "reward {:.3} · EM {:.2} · KL {:.4} · clip {:.3} · entropy {:.2} · {} groups ({} dropped) · {:.0} tok/s",
                 m.reward, m.em, m.kl, m.clip_fraction, m.entropy, m.groups, m.dropped, m.rollout_tokens_per_sec
             );
+            if m.graph_tools > 0 {
+                line.push_str(&format!(
+                    " · graph {} tools (+{}) · calls created {} reused {}",
+                    m.graph_tools, m.admitted, m.created_calls, m.reused_calls
+                ));
+            }
             if bar.is_hidden() {
                 say(format!("iteration {}: {line}", m.iteration));
             }

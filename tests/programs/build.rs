@@ -1,12 +1,13 @@
 //! Builds the guest programs in `guests/` and exposes their paths as constants.
 
 use std::fmt::Write;
-use std::path::Path;
 
 const PROGRAMS: &[&str] = &["hostile", "bad_manifest", "fs_import"];
 
 fn main() {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Read when the script runs, not baked in when it compiles (see bundled/build.rs).
+    let manifest_dir = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let here = manifest_dir.as_path();
     let root = here.join("../..");
     let guests = toolsmith_build::build_guests(
         &here.join("guests"),

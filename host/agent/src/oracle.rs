@@ -237,18 +237,20 @@ pub struct SftExample {
     pub correct: bool,
 }
 
-/// Runs the oracle in each style on every task and returns the traces as chat conversations:
-/// the supervised data the policy's first training stage learns from.
+/// Runs the oracle in each style on every task and returns the traces as chat conversations
+/// (tools listed in `tool_format`): the supervised data the policy's first training stage learns
+/// from.
 pub async fn synthesize(
     oracle: &Oracle,
     tools: std::sync::Arc<dyn crate::tools::Executor>,
     tasks: &[Task],
     styles: &[Mode],
+    tool_format: crate::runner::ToolFormat,
     mut on_done: impl FnMut(),
 ) -> Vec<SftExample> {
     let mut out = Vec::new();
     for &style in styles {
-        let config = crate::runner::AgentConfig { mode: style, max_turns: 24, ..Default::default() };
+        let config = crate::runner::AgentConfig { mode: style, max_turns: 24, tool_format, ..Default::default() };
         let agent = crate::runner::Agent::new(Arc::new(oracle.with_style(style)), tools.clone(), config);
         for task in tasks.iter().filter(|t| t.solution.is_some()) {
             let t = agent.run(&task.question).await;

@@ -1,6 +1,14 @@
 //! The local policy as an OpenAI-compatible endpoint: `POST /v1/chat/completions` (streaming
 //! with server-sent events when `"stream": true`) and `GET /v1/models`, so other agents can use
 //! it and the HTTP backend has a real peer.
+//!
+//! For RL rollouts it also speaks what vLLM and SGLang offer trainers: `POST /v1/completions`
+//! takes the prompt as token ids and, with `"return_token_ids": true` and `"logprobs"`, returns
+//! the sampled ids and their log-probs (token in, token out: nothing is re-tokenised), and
+//! `POST /update_weights_from_disk` (SGLang's name) swaps in a checkpoint directory. A request
+//! holds the policy for its whole generation, so the swap waits for requests in flight, which
+//! finish on the old weights; every response names the checkpoint (its optimiser step) that
+//! answered in `toolsmith.step`.
 
 use std::convert::Infallible;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,6 +25,8 @@ use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use toolsmith_policy::{FinishReason, LoadOptions, Policy};
+
 use crate::backend::{BackendError, GenerateOptions, LocalBackend, Message};
 
 #[derive(Clone, Debug)]
@@ -29,7 +39,9 @@ struct ChatState {
 pub fn chat_router(backend: LocalBackend, model: impl Into<String>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
+        .route("/update_weights_from_disk", post(update_weights))
         .with_state(ChatState { backend, model: model.into() })
 }
 
@@ -74,6 +86,178 @@ fn status_of(e: &BackendError) -> StatusCode {
     }
 }
 
+/// The optimiser step of the weights being served.
+fn served_step(backend: &LocalBackend) -> u64 {
+    backend.policy().lock().unwrap_or_else(|p| p.into_inner()).state().step
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Ids(Vec<i64>),
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    #[serde(default)]
+    model: Option<String>,
+    prompt: Prompt,
+    #[serde(default)]
+    max_tokens: Option<usize>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    top_k: Option<i64>,
+    #[serde(default)]
+    repetition_penalty: Option<f64>,
+    #[serde(default)]
+    stop: Option<Stop>,
+    #[serde(default)]
+    seed: Option<u64>,
+    /// `true` or a count (OpenAI's legacy form): the sampled tokens' log-probs are returned either
+    /// way; alternatives are not.
+    #[serde(default)]
+    logprobs: Option<Value>,
+    #[serde(default)]
+    return_token_ids: bool,
+}
+
+fn finish_name(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::Eos => "eos",
+        FinishReason::StopToken => "stop_token",
+        FinishReason::StopString => "stop_string",
+        FinishReason::Length => "length",
+        FinishReason::Constraint => "constraint",
+    }
+}
+
+/// `POST /v1/completions`: a prompt as text or token ids, sampled on the local policy.
+async fn completions(State(state): State<ChatState>, body: Bytes) -> Response {
+    let request: CompletionRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request body: {e}")),
+    };
+    if let Some(t) = request.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+        return error(StatusCode::BAD_REQUEST, format!("temperature {t} is outside [0, 2]"));
+    }
+    let defaults = GenerateOptions::default();
+    let options = GenerateOptions {
+        max_tokens: request.max_tokens.unwrap_or(16).clamp(1, 8192),
+        temperature: request.temperature.unwrap_or(1.0),
+        top_p: request.top_p.unwrap_or(1.0).clamp(f64::MIN_POSITIVE, 1.0),
+        // vLLM's "no top-k" is -1.
+        top_k: request.top_k.filter(|&k| k > 0).map_or(0, |k| k as usize),
+        repetition_penalty: request.repetition_penalty.unwrap_or(1.0),
+        stop: match request.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s],
+            Some(Stop::Many(v)) => v,
+        },
+        seed: request.seed.unwrap_or(defaults.seed),
+    };
+    let want_logprobs = matches!(request.logprobs, Some(Value::Bool(true) | Value::Number(_)));
+    let model = request.model.unwrap_or(state.model.clone());
+    let backend = state.backend.clone();
+    let prompt = request.prompt;
+    let joined =
+        tokio::task::spawn_blocking(move || -> Result<(Vec<i64>, toolsmith_policy::Generation, u64), BackendError> {
+            let policy = backend.policy();
+            let policy = policy.lock().unwrap_or_else(|p| p.into_inner());
+            let ids = match prompt {
+                Prompt::Ids(ids) => ids,
+                Prompt::Text(text) => policy.tokenizer().encode(&text)?,
+            };
+            let vocab = policy.config().common().vocab_size;
+            if ids.is_empty() || ids.iter().any(|&id| id < 0 || id >= vocab) {
+                return Err(BackendError::Template(format!(
+                    "the prompt must be token ids in 0..{vocab}, at least one"
+                )));
+            }
+            let context = usize::try_from(policy.config().common().max_position_embeddings).unwrap_or(usize::MAX);
+            if ids.len() >= context {
+                return Err(BackendError::ContextFull { prompt: ids.len(), context });
+            }
+            let params = options.sampling(context - ids.len());
+            let (mut generations, _) = policy.generate(std::slice::from_ref(&ids), &params, None)?;
+            let generation = generations.pop().ok_or_else(|| BackendError::Join("no generation".into()))?;
+            Ok((ids, generation, policy.state().step))
+        })
+        .await;
+    let (prompt_ids, g, step) = match joined {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return error(status_of(&e), e.to_string()),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let finish = if g.finish_reason == FinishReason::Length { "length" } else { "stop" };
+    let mut choice = json!({"index": 0, "text": g.text, "finish_reason": finish});
+    if request.return_token_ids {
+        choice["token_ids"] = json!(g.output_ids);
+    }
+    if want_logprobs {
+        choice["logprobs"] = json!({"token_logprobs": g.logprobs});
+    }
+    let mut body = json!({
+        "id": format!("cmpl-{}", now()), "object": "text_completion", "created": now(), "model": model,
+        "choices": [choice],
+        "usage": {"prompt_tokens": prompt_ids.len(), "completion_tokens": g.output_ids.len(),
+                  "total_tokens": prompt_ids.len() + g.output_ids.len()},
+        "toolsmith": {"step": step, "finish": finish_name(g.finish_reason)},
+    });
+    if request.return_token_ids {
+        body["prompt_token_ids"] = json!(prompt_ids);
+    }
+    axum::Json(body).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct UpdateWeights {
+    model_path: std::path::PathBuf,
+}
+
+/// `POST /update_weights_from_disk {"model_path": DIR}`: loads the checkpoint beside the served
+/// one, then swaps it in. A checkpoint of another tokenizer or architecture is refused and the
+/// old weights keep serving.
+async fn update_weights(State(state): State<ChatState>, body: Bytes) -> Response {
+    let request: UpdateWeights = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request body: {e}")),
+    };
+    let backend = state.backend.clone();
+    let joined = tokio::task::spawn_blocking(move || -> Result<u64, String> {
+        let shared = backend.policy();
+        let (options, tokenizer, config) = {
+            let current = shared.lock().unwrap_or_else(|p| p.into_inner());
+            (
+                LoadOptions { device: current.device(), precision: Some(current.state().precision) },
+                current.tokenizer().hash().to_string(),
+                current.config().spec().ok(),
+            )
+        };
+        // Loaded without the lock: requests keep being served meanwhile.
+        let fresh = Policy::load(&request.model_path, options).map_err(|e| e.to_string())?;
+        if fresh.tokenizer().hash() != tokenizer {
+            return Err("the checkpoint's tokenizer differs from the served model's".into());
+        }
+        if fresh.config().spec().ok() != config {
+            return Err("the checkpoint's architecture differs from the served model's".into());
+        }
+        let step = fresh.state().step;
+        *shared.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(step)
+    })
+    .await;
+    match joined {
+        Ok(Ok(step)) => axum::Json(json!({"success": true, "message": "weights updated", "toolsmith": {"step": step}}))
+            .into_response(),
+        Ok(Err(e)) => error(StatusCode::BAD_REQUEST, e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
 async fn models(State(state): State<ChatState>) -> Response {
     axum::Json(json!({"object": "list", "data": [{"id": state.model, "object": "model", "owned_by": "toolsmith"}]}))
         .into_response()
@@ -112,13 +296,17 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
     let messages = request.messages;
     if !request.stream {
         let backend = state.backend.clone();
-        let joined = tokio::task::spawn_blocking(move || backend.complete_blocking(&messages, &options, None)).await;
+        let joined = tokio::task::spawn_blocking(move || {
+            backend.complete_blocking(&messages, &options, None).map(|c| (c, served_step(&backend)))
+        })
+        .await;
         return match joined {
-            Ok(Ok(c)) => axum::Json(json!({
+            Ok(Ok((c, step))) => axum::Json(json!({
                 "id": id, "object": "chat.completion", "created": now(), "model": model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": c.text}, "finish_reason": c.finish_reason}],
                 "usage": {"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens,
                           "total_tokens": c.usage.prompt_tokens + c.usage.completion_tokens},
+                "toolsmith": {"step": step},
             }))
             .into_response(),
             Ok(Err(e)) => error(status_of(&e), e.to_string()),

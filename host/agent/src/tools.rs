@@ -48,6 +48,16 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
 
     /// Runs one call.
     fn call<'a>(&'a self, name: &'a str, args: &'a Value) -> BoxFuture<'a, ToolResult>;
+
+    /// Makes a stored tool callable: its manifest and the blob it runs from, as a registry keeps
+    /// them (how training installs the tools it admitted). By default this executor cannot.
+    fn install(&self, manifest: &Manifest, _blob: Option<&[u8]>) -> Result<(), StructuredError> {
+        Err(StructuredError::new(
+            ErrorKind::InvalidComponent,
+            manifest.name.as_str(),
+            "this executor cannot install tools",
+        ))
+    }
 }
 
 /// How a call's schemas judged it.
@@ -184,6 +194,16 @@ impl Executor for LocalTools {
         }
         out.extend(self.simulated.read().unwrap_or_else(|p| p.into_inner()).values().map(|c| c.manifest.clone()));
         out
+    }
+
+    fn install(&self, manifest: &Manifest, blob: Option<&[u8]>) -> Result<(), StructuredError> {
+        let name = manifest.name.as_str();
+        let toolbox = self.toolbox.as_ref().ok_or_else(|| {
+            StructuredError::new(ErrorKind::InvalidComponent, name, "these tools have no sandbox to run it in")
+        })?;
+        // Clones of a toolbox share its table: every executor over it sees the tool.
+        toolbox.register(toolbox.load_stored(manifest, blob)?);
+        Ok(())
     }
 
     fn call<'a>(&'a self, name: &'a str, args: &'a Value) -> BoxFuture<'a, ToolResult> {

@@ -200,6 +200,19 @@ impl RunDir {
         state: &TrainerState,
         keep: usize,
     ) -> Result<PathBuf, TrainError> {
+        self.save_with(policy, optimizer, state, keep, |_| Ok(()))
+    }
+
+    /// [`RunDir::save`], with `extra` writing more files into the checkpoint before it is
+    /// published (RL's tool registry snapshot): they are part of the same atomic write.
+    pub fn save_with(
+        &self,
+        policy: &Policy,
+        optimizer: &AdamW,
+        state: &TrainerState,
+        keep: usize,
+        extra: impl FnOnce(&Path) -> Result<(), TrainError>,
+    ) -> Result<PathBuf, TrainError> {
         let name = format!("step-{:08}", state.step);
         let dir = self.checkpoints();
         let partial = dir.join(format!(".{name}.partial"));
@@ -215,6 +228,7 @@ impl RunDir {
             if metrics.exists() {
                 fs::copy(&metrics, partial.join(METRICS)).map_err(|e| TrainError::io(&partial.join(METRICS), e))?;
             }
+            extra(&partial)?;
             sync_tree(&partial)
         })();
         if let Err(e) = written {

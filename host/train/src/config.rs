@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use toolsmith_agent::Mode;
 use toolsmith_agent::env::WorldConfig;
+use toolsmith_agent::{Mode, ToolFormat};
 
 use crate::TrainError;
 use crate::optim::AdamWConfig;
@@ -54,6 +54,9 @@ pub struct SftConfig {
     pub precision: String,
     /// CPU threads for libtorch (0: libtorch's default). By default 0.
     pub threads: usize,
+    /// How prompts list tools, in the synthesised traces and in held-out evaluation (they must
+    /// agree): `compact`, `json` or `brief`. By default `compact`.
+    pub tool_format: ToolFormat,
     /// Held-out evaluation every this many steps (0: only before and after training). By default 0.
     pub eval_every: u64,
     /// Held-out evaluation; `null` disables it. By default a generated world of another seed.
@@ -83,6 +86,7 @@ impl Default for SftConfig {
             device: "auto".into(),
             precision: "auto".into(),
             threads: 0,
+            tool_format: ToolFormat::Compact,
             eval_every: 0,
             eval: Some(EvalConfig::default()),
             checkpoint_every: 100,
@@ -205,6 +209,8 @@ impl SftConfig {
                 // format but not yet to attend to the question (same tokens, fewer updates).
                 steps: Some(540),
                 lr: 2e-3,
+                // The system prompt was half of every sequence's tokens with the compact listing.
+                tool_format: ToolFormat::Brief,
                 batch_tokens: 4096,
                 micro_batch_tokens: 4096,
                 threads: 2,

@@ -10,7 +10,7 @@ use toolsmith_agent::backend::{BatchConfig, BatchedBackend, GenerateOptions};
 use toolsmith_agent::env::{Corpus, Family, Task, World, WorldConfig};
 use toolsmith_agent::eval::{Report, evaluate};
 use toolsmith_agent::tools::Executor;
-use toolsmith_agent::{Agent, AgentConfig};
+use toolsmith_agent::{Agent, AgentConfig, ToolFormat};
 use toolsmith_policy::Policy;
 
 use crate::TrainError;
@@ -23,6 +23,7 @@ pub type ToolsFor<'a> = dyn Fn(Arc<Corpus>) -> Arc<dyn Executor> + 'a;
 /// A held-out task set with its tools.
 pub struct HeldOut {
     config: EvalConfig,
+    tool_format: ToolFormat,
     tasks: Vec<Task>,
     tools: Arc<dyn Executor>,
     runtime: tokio::runtime::Runtime,
@@ -39,8 +40,8 @@ impl std::fmt::Debug for HeldOut {
 
 impl HeldOut {
     /// The held-out world of `config`, its first `tasks_per_family` tasks of each family, and
-    /// tools over its corpus.
-    pub fn new(config: EvalConfig, tools_for: &ToolsFor<'_>) -> Result<Self, TrainError> {
+    /// tools over its corpus; prompts list tools in `tool_format` (the one training used).
+    pub fn new(config: EvalConfig, tool_format: ToolFormat, tools_for: &ToolsFor<'_>) -> Result<Self, TrainError> {
         let world = World::generate(WorldConfig {
             seed: config.world_seed,
             countries: config.countries,
@@ -62,7 +63,7 @@ impl HeldOut {
             .enable_all()
             .build()
             .map_err(|e| TrainError::Agent(format!("cannot start tokio: {e}")))?;
-        Ok(HeldOut { tools: tools_for(corpus), config, tasks, runtime })
+        Ok(HeldOut { tools: tools_for(corpus), config, tool_format, tasks, runtime })
     }
 
     /// The tasks.
@@ -81,6 +82,7 @@ impl HeldOut {
                 mode,
                 max_turns: self.config.max_turns,
                 generate: GenerateOptions { max_tokens: self.config.max_tokens, ..GenerateOptions::default() },
+                tool_format: self.tool_format,
                 ..AgentConfig::default()
             };
             let agent = Agent::new(backend.clone(), self.tools.clone(), config);

@@ -103,10 +103,19 @@ pub struct IterationMetrics {
     pub grad_norm: f64,
     /// Learning rate.
     pub lr: f64,
-    /// Calls of tools created in the episode (`create_and_execute_mcp`), and of other tools.
+    /// Calls creating a tool (`create_and_execute_mcp`).
     pub created_calls: usize,
-    /// Calls of tools the agent did not create.
+    /// Calls of tools earlier iterations created and the graph admitted (SEARL's reuse).
     pub reused_calls: usize,
+    /// Calls of every other tool (search, plugins).
+    #[serde(default)]
+    pub other_calls: usize,
+    /// Tools the graph admitted after this iteration's rollouts.
+    #[serde(default)]
+    pub admitted: usize,
+    /// Tools in the graph after the iteration (0 without a graph).
+    #[serde(default)]
+    pub graph_tools: usize,
     /// Rollout tokens per second (generated tokens over rollout wall time).
     pub rollout_tokens_per_sec: f64,
     /// Seconds the iteration took, and the rollouts in it.

@@ -37,9 +37,94 @@ pub fn split(records: &[Record]) -> (Vec<&StepMetrics>, Vec<&EvalMetrics>) {
     (steps, evals)
 }
 
-/// Draws the loss (and its moving average), held-out EM and format-error rate per mode against
-/// the step, into an SVG file.
+/// One panel of lines against the iteration: each series a label and its points.
+fn line_panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    last: f64,
+    series: &[(&str, Vec<(f64, f64)>)],
+) -> Result<(), TrainError> {
+    let finite = series.iter().flat_map(|(_, p)| p.iter().map(|p| p.1)).filter(|v| v.is_finite());
+    let (lo, hi) = finite.fold((0.0_f64, 0.0_f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let pad = ((hi - lo) * 0.05).max(1e-6);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(52)
+        .build_cartesian_2d(0f64..last, (lo - pad)..(hi + pad))
+        .map_err(plot_error)?;
+    chart.configure_mesh().x_desc("iteration").x_label_formatter(&|x| format!("{x:.0}")).draw().map_err(plot_error)?;
+    for (i, (label, points)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(plot_error)?
+            .label(*label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+        chart.draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(plot_error)?;
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(plot_error)?;
+    Ok(())
+}
+
+/// An RL run's curves: reward and sampled EM, held-out EM per mode, KL, entropy, response length
+/// and tool use (created, reused from the graph, other) per iteration.
+fn draw_rl(records: &[Record], path: &Path) -> Result<(), TrainError> {
+    let its: Vec<&IterationMetrics> =
+        records.iter().filter_map(|r| if let Record::Iteration(m) = r { Some(m) } else { None }).collect();
+    let (_, evals) = split(records);
+    let root = SVGBackend::new(path, (1500, 860)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let panels = root.split_evenly((2, 3));
+    let last = its.last().map_or(1, |m| m.iteration).max(evals.last().map_or(1, |e| e.step)).max(1) as f64;
+    let per = |f: fn(&IterationMetrics) -> f64| -> Vec<(f64, f64)> {
+        its.iter().map(|m| (m.iteration as f64, f(m))).collect()
+    };
+    line_panel(&panels[0], "reward and sampled EM", last, &[("reward", per(|m| m.reward)), ("EM", per(|m| m.em))])?;
+    let modes: std::collections::BTreeSet<&String> = evals.iter().flat_map(|e| e.modes.keys()).collect();
+    let heldout: Vec<(&str, Vec<(f64, f64)>)> = modes
+        .iter()
+        .map(|mode| {
+            let points = evals.iter().filter_map(|e| e.modes.get(*mode).map(|f| (e.step as f64, f.em))).collect();
+            (mode.as_str(), points)
+        })
+        .collect();
+    line_panel(&panels[1], "held-out exact match", last, &heldout)?;
+    line_panel(&panels[2], "KL to the reference", last, &[("k3 KL", per(|m| m.kl))])?;
+    line_panel(&panels[3], "entropy (nats per token)", last, &[("entropy", per(|m| m.entropy))])?;
+    line_panel(
+        &panels[4],
+        "response tokens per episode",
+        last,
+        &[("generated", per(|m| m.response_tokens)), ("peak context", per(|m| m.peak_tokens))],
+    )?;
+    line_panel(
+        &panels[5],
+        "tool calls per iteration",
+        last,
+        &[
+            ("created", per(|m| m.created_calls as f64)),
+            ("reused (graph)", per(|m| m.reused_calls as f64)),
+            ("other", per(|m| m.other_calls as f64)),
+        ],
+    )?;
+    root.present().map_err(plot_error)?;
+    Ok(())
+}
+
+/// Draws a run's curves into an SVG file. A supervised run: the loss (and its moving average),
+/// held-out EM and format-error rate per mode against the step. An RL run: see [`draw_rl`].
 pub fn draw(records: &[Record], path: &Path) -> Result<(), TrainError> {
+    if records.iter().any(|r| matches!(r, Record::Iteration(_))) {
+        return draw_rl(records, path);
+    }
     let (steps, evals) = split(records);
     let root = SVGBackend::new(path, (1500, 460)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
@@ -167,6 +252,20 @@ pub fn summary(records: &[Record]) -> String {
             last.entropy,
             last.elapsed_s
         );
+        if last.graph_tools > 0 {
+            let admitted: usize = iterations.iter().map(|m| m.admitted).sum();
+            let _ = writeln!(
+                out,
+                "tool graph: {} tools · {admitted} admitted · calls created/reused/other {}/{}/{} -> {}/{}/{}",
+                last.graph_tools,
+                first.created_calls,
+                first.reused_calls,
+                first.other_calls,
+                last.created_calls,
+                last.reused_calls,
+                last.other_calls
+            );
+        }
     }
     if let (Some(before), Some(after)) = (evals.first(), evals.last()) {
         let _ = writeln!(out, "held-out evaluation: step {} -> step {}", before.step, after.step);

@@ -135,7 +135,8 @@ pub fn load_chats(config: &SftConfig, tools_for: &ToolsFor<'_>) -> Result<Vec<(S
         let tasks = world.tasks();
         let corpus = Arc::new(Corpus::new(&world.documents()).map_err(|e| TrainError::Agent(e.to_string()))?);
         let oracle = Oracle::new(&tasks, Mode::Gap, tokenizer.clone());
-        let examples = runtime.block_on(synthesize(&oracle, tools_for(corpus), &tasks, &worlds.styles, || {}));
+        let examples =
+            runtime.block_on(synthesize(&oracle, tools_for(corpus), &tasks, &worlds.styles, config.tool_format, || {}));
         for (i, e) in examples.iter().enumerate() {
             if !e.correct {
                 return Err(TrainError::Agent(format!(
@@ -487,6 +488,6 @@ pub fn prepare(
     let builder = SequenceBuilder::for_policy(&policy)?;
     let chats = load_chats(&config, tools_for)?;
     let data = build_sequences(&builder, &chats)?;
-    let heldout = config.eval.clone().map(|e| HeldOut::new(e, tools_for)).transpose()?;
+    let heldout = config.eval.clone().map(|e| HeldOut::new(e, config.tool_format, tools_for)).transpose()?;
     SftTrainer::new(config, out, policy, data, heldout, resumed)
 }

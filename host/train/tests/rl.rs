@@ -256,20 +256,29 @@ fn tiny_rl(
     iterations: u64,
     resume: bool,
 ) -> Result<toolsmith_train::rl::RlTrainer, toolsmith_train::TrainError> {
+    tiny_rl_with(out, iterations, resume, toolsmith_train::rl::Method::Searl)
+}
+
+fn tiny_rl_with(
+    out: &std::path::Path,
+    iterations: u64,
+    resume: bool,
+    method: toolsmith_train::rl::Method,
+) -> Result<toolsmith_train::rl::RlTrainer, toolsmith_train::TrainError> {
     use std::sync::Arc;
     use toolsmith_agent::env::Corpus;
     use toolsmith_agent::tools::{Executor, LocalTools};
     use toolsmith_train::config::{EvalConfig, WorldsData};
-    use toolsmith_train::rl::{Method, RlConfig, RlTrainer};
+    use toolsmith_train::rl::{RlConfig, RlTrainer};
     let tools = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
-    let base = RlConfig::for_method(Method::Searl);
+    let base = RlConfig::for_method(method);
     let config = RlConfig {
-        worlds: WorldsData { seeds: vec![5, 6], countries: 2, tasks_per_family: 1, styles: vec![Method::Searl.mode()] },
+        worlds: WorldsData { seeds: vec![5, 6], countries: 2, tasks_per_family: 1, styles: vec![method.mode()] },
         eval: Some(EvalConfig {
             world_seed: 77,
             countries: 2,
             tasks_per_family: 1,
-            modes: vec![Method::Searl.mode()],
+            modes: vec![method.mode()],
             max_turns: 2,
             max_tokens: 16,
             parallel: 2,
@@ -331,4 +340,44 @@ fn an_rl_run_trains_checkpoints_and_resumes() {
     let numbers: Vec<u64> =
         records.iter().filter_map(|r| if let Record::Iteration(m) = r { Some(m.iteration) } else { None }).collect();
     assert_eq!(numbers, vec![1, 2, 3]);
+    // SEARL's tool graph: the run's registry, a snapshot in every checkpoint, sound after resume.
+    let latest = std::fs::read_to_string(out.join("checkpoints/latest")).expect("latest");
+    assert!(out.join("checkpoints").join(latest.trim()).join("registry.db").exists());
+    let mut registry = toolsmith_registry::Registry::open(&out.join("registry.db")).expect("registry");
+    assert!(registry.get("search").is_ok(), "the world's tools seed the graph");
+    let report = registry.doctor().expect("doctor");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let last = read(&out.join("metrics.jsonl"))
+        .expect("metrics")
+        .into_iter()
+        .filter_map(|r| if let Record::Iteration(m) = r { Some(m) } else { None })
+        .next_back()
+        .expect("an iteration");
+    assert!(last.graph_tools >= 1, "{last:?}");
+}
+
+#[test]
+fn mtr_rollouts_call_simulated_tools_while_evaluation_uses_the_real_ones() {
+    use serde_json::json;
+    use toolsmith_contract::ToolKind;
+    use toolsmith_train::metrics::{Record, read};
+    use toolsmith_train::rl::Method;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut trainer = tiny_rl_with(&out, 1, false, Method::Mtr).expect("prepare");
+    let tools = trainer.training_tools(0).expect("a training world");
+    let manifests = tools.manifests();
+    assert!(manifests.iter().any(|m| m.name.as_str() == "search"), "{manifests:?}");
+    assert!(manifests.iter().all(|m| m.kind == ToolKind::Simulated), "{manifests:?}");
+    // The frozen starting policy answers under the tool's output schema: a made-up result that
+    // validates, not the corpus's articles.
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let answer = runtime.block_on(tools.call("search", &json!({"query": "anything"})));
+    let value = answer.value.expect("a simulated result validates");
+    assert!(value.get("results").is_some_and(serde_json::Value::is_array), "{value}");
+    trainer.run(&mut |_| {}).expect("trains");
+    let records = read(&out.join("metrics.jsonl")).expect("metrics");
+    assert_eq!(records.iter().filter(|r| matches!(r, Record::Iteration(_))).count(), 1);
+    assert_eq!(records.iter().filter(|r| matches!(r, Record::Eval(_))).count(), 2);
+    assert!(!out.join("registry.db").exists(), "MTR grows no tool graph");
 }

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use toolsmith_agent::Mode;
 use toolsmith_agent::backend::{ChatTemplate, Message, Role};
 use toolsmith_agent::env::{Corpus, World, WorldConfig};
 use toolsmith_agent::oracle::{Oracle, synthesize};
 use toolsmith_agent::tools::LocalTools;
+use toolsmith_agent::{Mode, ToolFormat};
 use toolsmith_policy::Tokenizer;
 use toolsmith_train::chat::{Chat, Content, read_chats};
 use toolsmith_train::sequence::{SequenceBuilder, SequenceError};
@@ -21,7 +21,14 @@ fn traces() -> Vec<Vec<Message>> {
     let tokenizer = Arc::new(Tokenizer::tiny().expect("tokenizer"));
     let oracle = Oracle::new(&tasks, Mode::Gap, tokenizer);
     let runtime = tokio::runtime::Runtime::new().expect("tokio");
-    let examples = runtime.block_on(synthesize(&oracle, tools, &tasks, &[Mode::React, Mode::Gap, Mode::Mem], || {}));
+    let examples = runtime.block_on(synthesize(
+        &oracle,
+        tools,
+        &tasks,
+        &[Mode::React, Mode::Gap, Mode::Mem],
+        ToolFormat::Compact,
+        || {},
+    ));
     examples.into_iter().filter(|e| e.correct).map(|e| e.messages).collect()
 }
 

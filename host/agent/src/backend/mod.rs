@@ -1,10 +1,13 @@
-//! Policy backends behind one trait: the local tch policy, any OpenAI-compatible chat-completions
-//! endpoint, and the oracle that writes correct traces for the bundled world.
+//! Policy backends behind one trait: the local tch policy (one request at a time, or batched),
+//! any OpenAI-compatible chat-completions endpoint, an inference engine's completions endpoint
+//! token in and token out (RL rollouts), and the oracle that writes correct traces for the
+//! bundled world.
 
 pub mod batch;
 pub mod chat;
 pub mod local;
 pub mod openai;
+pub mod remote;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +18,7 @@ pub use batch::{BatchConfig, BatchedBackend};
 pub use chat::{ChatTemplate, Encoded, render_chat, render_prompt};
 pub use local::LocalBackend;
 pub use openai::OpenAiBackend;
+pub use remote::CompletionsBackend;
 
 /// A boxed future, so backends can be trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -6,12 +6,13 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use toolsmith_agent::Mode;
+use toolsmith_agent::{Mode, ToolFormat};
 
 use crate::TrainError;
 use crate::config::{EvalConfig, WorldsData};
 use crate::optim::AdamWConfig;
 use crate::rl::advantage::GroupNorm;
+use crate::rl::graph::GraphConfig;
 use crate::rl::loss::{Aggregation, LossConfig};
 use crate::rl::reward::RewardConfig;
 
@@ -70,6 +71,46 @@ pub struct StepCredit {
 impl Default for StepCredit {
     fn default() -> Self {
         StepCredit { lambda: 1.0, gamma: 0.5, single_vanishing: true }
+    }
+}
+
+/// An external inference engine that samples the rollouts (vLLM, SGLang, or another
+/// `toolsmith serve --policy`), token in and token out through its `/v1/completions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Its OpenAI-compatible base URL, e.g. `http://127.0.0.1:8000/v1`.
+    pub url: String,
+    /// The model name it serves. By default `policy`.
+    pub model: String,
+    /// The environment variable holding its API key, if it wants one. By default none.
+    pub api_key_env: Option<String>,
+    /// Push the weights before the first rollouts and after every update: the policy is saved to
+    /// `RUN/engine-weights` and the engine told to load it (`POST /update_weights_from_disk`, as
+    /// SGLang and `toolsmith serve --policy` answer). The engine must see the run directory. By
+    /// default true; without it rollouts are off-policy by however far the engine's weights are.
+    pub push_weights: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { url: String::new(), model: "policy".into(), api_key_env: None, push_weights: true }
+    }
+}
+
+/// The ToolActor that answers simulated tools during MTR's rollouts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimulatorConfig {
+    /// Tokens per observation at most. By default 128.
+    pub max_tokens: usize,
+    /// Sampling temperature of observations. By default 0.7 (varied but mostly coherent).
+    pub temperature: f64,
+}
+
+impl Default for SimulatorConfig {
+    fn default() -> Self {
+        SimulatorConfig { max_tokens: 128, temperature: 0.7 }
     }
 }
 
@@ -138,6 +179,19 @@ pub struct RlConfig {
     pub rewards: RewardConfig,
     /// SEARL's step credit.
     pub step_credit: StepCredit,
+    /// The tool graph growing during training: episodes retrieve from the run's registry and
+    /// the best rollouts' tools are admitted to it; `null` lists every tool of the world instead.
+    /// By default on for SEARL, off otherwise.
+    pub graph: Option<GraphConfig>,
+    /// MTR's simulated tools: rollouts call interfaces answered by the frozen starting policy
+    /// (the ToolActor, decoding under each tool's output schema) instead of the world's tools;
+    /// held-out evaluation still uses the real ones. `null`: real tools. By default on for MTR.
+    pub simulate: Option<SimulatorConfig>,
+    /// Sample rollouts on an external engine instead of in this process. By default none.
+    pub engine: Option<EngineConfig>,
+    /// How prompts list tools (use what the starting checkpoint was trained with). By default
+    /// `compact`; the `tiny-world` preset uses `brief`, as the SFT preset does.
+    pub tool_format: ToolFormat,
     /// Seed of the task draws and the sampler. By default 0.
     pub seed: u64,
     /// `auto`, `cpu`, `cuda` or `cuda:N`. By default `auto`.
@@ -196,6 +250,10 @@ impl RlConfig {
             overlong_cache: 0,
             rewards: RewardConfig::default(),
             step_credit: StepCredit::default(),
+            graph: None,
+            simulate: None,
+            engine: None,
+            tool_format: ToolFormat::Compact,
             seed: 0,
             device: "auto".into(),
             precision: "auto".into(),
@@ -220,6 +278,7 @@ impl RlConfig {
                 temperature: 0.7,
                 top_p: 0.98,
                 repetition_penalty: 1.05,
+                graph: Some(GraphConfig::default()),
                 ..base
             },
             // MemPO: GRPO with a sequence-mean loss and a small KL.
@@ -240,6 +299,7 @@ impl RlConfig {
                     kl_coef: 0.01,
                     aggregation: Aggregation::SequenceMean,
                 },
+                simulate: Some(SimulatorConfig::default()),
                 ..base
             },
         }
@@ -248,7 +308,7 @@ impl RlConfig {
     /// A named preset: `tiny-world` (the tiny policy from `init`, the SFT preset's worlds).
     pub fn preset(name: &str, method: Method) -> Result<Self, TrainError> {
         match name {
-            "tiny-world" => Ok(RlConfig { threads: 2, ..RlConfig::for_method(method) }),
+            "tiny-world" => Ok(RlConfig { threads: 2, tool_format: ToolFormat::Brief, ..RlConfig::for_method(method) }),
             other => Err(TrainError::Config(format!("unknown preset {other:?} (tiny-world)"))),
         }
     }
@@ -288,6 +348,11 @@ impl RlConfig {
         }
         if self.group_size < 2 {
             return bad(format!("group_size must be at least 2 to compare episodes, got {}", self.group_size));
+        }
+        if let Some(e) = &self.engine
+            && !(e.url.starts_with("http://") || e.url.starts_with("https://"))
+        {
+            return bad(format!("engine.url must be an http(s) URL such as http://127.0.0.1:8000/v1, got {:?}", e.url));
         }
         if self.max_turns == 0 || self.max_tokens == 0 || self.micro_batch_tokens == 0 {
             return bad("max_turns, max_tokens and micro_batch_tokens must be positive".into());

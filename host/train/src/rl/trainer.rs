@@ -11,13 +11,15 @@ use std::time::Instant;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use toolsmith_agent::backend::{BatchConfig, BatchedBackend, GenerateOptions, Message};
+use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, CompletionsBackend, GenerateOptions, Message};
 use toolsmith_agent::env::{Corpus, Task, World};
-use toolsmith_agent::tools::Executor;
+use toolsmith_agent::simulate::ToolActor;
+use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_agent::{Agent, AgentConfig, Tag, Trajectory};
+use toolsmith_contract::ToolKind;
 use toolsmith_policy::score::micro_batches;
 use toolsmith_policy::tch::{self, Kind, Tensor};
-use toolsmith_policy::{FinishReason, Policy, TokenSequence};
+use toolsmith_policy::{FinishReason, Policy, SamplingParams, TokenSequence};
 
 use crate::TrainError;
 use crate::checkpoint::{RunDir, TrainerState, write_json};
@@ -29,6 +31,7 @@ use crate::rl::advantage::{
 };
 use crate::rl::config::{Method, RlConfig};
 use crate::rl::episode::{EpisodeSequence, episode_sequences};
+use crate::rl::graph::{REGISTRY_FILE, TrainingGraph};
 use crate::rl::loss::{LossInputs, LossStats, policy_loss, token_weights};
 use crate::rl::reward::{self, EpisodeReward};
 use crate::sequence::SequenceBuilder;
@@ -94,7 +97,9 @@ pub struct RlTrainer {
     metrics: MetricsWriter,
     builder: SequenceBuilder,
     worlds: Vec<TrainWorld>,
-    backend: BatchedBackend,
+    graph: Option<TrainingGraph>,
+    backend: Arc<dyn Backend>,
+    engine: Option<CompletionsBackend>,
     runtime: tokio::runtime::Runtime,
     cancel: Arc<AtomicBool>,
 }
@@ -145,7 +150,22 @@ impl RlTrainer {
         };
         // The KL anchor is the starting policy, frozen, whatever iteration a run resumes at.
         let reference = if config.loss.kl_coef > 0.0 { Some(initial.reference()?) } else { None };
-        let (policy, resumed) = if run.should_resume(resume)? {
+        // MTR's ToolActor is the starting policy too, frozen: what the tools say does not drift
+        // with the policy being trained.
+        let actor = match &config.simulate {
+            Some(s) => {
+                let params = SamplingParams {
+                    max_new_tokens: s.max_tokens,
+                    temperature: s.temperature,
+                    seed: mix(&[config.seed, 0x5157]),
+                    ..SamplingParams::default()
+                };
+                Some(ToolActor::new(Arc::new(Mutex::new(initial.reference()?)), params)?)
+            }
+            None => None,
+        };
+        let resuming = run.should_resume(resume)?;
+        let (policy, resumed) = if resuming {
             let restored = run.restore(options)?;
             (restored.policy, Some((restored.state, restored.dir)))
         } else {
@@ -158,10 +178,28 @@ impl RlTrainer {
             .map(|&seed| {
                 let world = World::generate(config.worlds.world(seed));
                 let corpus = Arc::new(Corpus::new(&world.documents()).map_err(|e| TrainError::Agent(e.to_string()))?);
-                Ok(TrainWorld { tasks: world.tasks(), tools: tools_for(corpus) })
+                let tools = match &actor {
+                    Some(actor) => simulated(tools_for(corpus).as_ref(), actor.clone())?,
+                    None => tools_for(corpus),
+                };
+                Ok(TrainWorld { tasks: world.tasks(), tools })
             })
             .collect::<Result<_, TrainError>>()?;
-        let heldout = config.eval.clone().map(|e| HeldOut::new(e, tools_for)).transpose()?;
+        let graph = match (&config.graph, &resumed) {
+            (None, _) => None,
+            (Some(_), Some((_, dir))) => {
+                let graph = TrainingGraph::restore(&run.root().join(REGISTRY_FILE), dir)?;
+                for w in &worlds {
+                    graph.install_all(w.tools.as_ref())?;
+                }
+                Some(graph)
+            }
+            (Some(_), None) => {
+                let tools = worlds.first().map(|w| w.tools.manifests()).unwrap_or_default();
+                Some(TrainingGraph::create(&run.root().join(REGISTRY_FILE), &tools)?)
+            }
+        };
+        let heldout = config.eval.clone().map(|e| HeldOut::new(e, config.tool_format, tools_for)).transpose()?;
         let builder = SequenceBuilder::for_policy(&policy)?;
         let total = config.iterations;
         let schedule = Schedule {
@@ -203,7 +241,21 @@ impl RlTrainer {
         write_json(&run.root().join("config.json"), &config)?;
         let metrics = MetricsWriter::append(&run.metrics())?;
         let policy = Arc::new(Mutex::new(policy));
-        let backend = BatchedBackend::new(policy.clone(), "training", BatchConfig::default());
+        let engine = match &config.engine {
+            Some(e) => {
+                let key = e.api_key_env.as_ref().and_then(|v| std::env::var(v).ok()).filter(|k| !k.is_empty());
+                let tokenizer = policy.lock().unwrap_or_else(|p| p.into_inner()).tokenizer().clone();
+                Some(
+                    CompletionsBackend::new(&e.url, &e.model, key, tokenizer)
+                        .map_err(|err| TrainError::Agent(format!("engine {}: {err}", e.url)))?,
+                )
+            }
+            None => None,
+        };
+        let backend: Arc<dyn Backend> = match &engine {
+            Some(engine) => Arc::new(engine.clone()),
+            None => Arc::new(BatchedBackend::new(policy.clone(), "training", BatchConfig::default())),
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -221,10 +273,17 @@ impl RlTrainer {
             metrics,
             builder,
             worlds,
+            graph,
             backend,
+            engine,
             runtime,
             cancel: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// The tools rollouts in training world `index` call (simulated ones for MTR).
+    pub fn training_tools(&self, index: usize) -> Option<Arc<dyn Executor>> {
+        self.worlds.get(index).map(|w| w.tools.clone())
     }
 
     /// The policy being trained.
@@ -254,12 +313,16 @@ impl RlTrainer {
         }
         let started = Instant::now();
         let elapsed_before = self.state.elapsed_s;
+        if self.state.step < self.config.iterations {
+            self.push_weights()?;
+        }
         while self.state.step < self.config.iterations {
             if self.cancel.load(Ordering::Relaxed) {
                 self.checkpoint(on_event)?;
                 return Err(TrainError::Cancelled);
             }
             let mut metrics = self.iteration()?;
+            self.push_weights()?;
             self.state.step += 1;
             self.state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
             metrics.elapsed_s = self.state.elapsed_s;
@@ -304,11 +367,20 @@ impl RlTrainer {
                     seed: mix(&[c.seed, self.state.step, draw, k as u64, e as u64]),
                     ..GenerateOptions::default()
                 };
-                let agent = Agent::new(
-                    Arc::new(self.backend.clone()),
-                    self.worlds[*world].tools.clone(),
-                    AgentConfig { mode: c.method.mode(), max_turns: c.max_turns, generate, ..AgentConfig::default() },
-                );
+                let mut config = AgentConfig {
+                    mode: c.method.mode(),
+                    max_turns: c.max_turns,
+                    generate,
+                    tool_format: c.tool_format,
+                    ..AgentConfig::default()
+                };
+                if let Some(g) = &c.graph {
+                    config.top_k = g.top_k;
+                }
+                let mut agent = Agent::new(self.backend.clone(), self.worlds[*world].tools.clone(), config);
+                if let Some(graph) = &self.graph {
+                    agent = agent.with_retriever(graph.retriever());
+                }
                 let question = task.question.clone();
                 futures.push(async move { agent.run(&question).await });
             }
@@ -382,16 +454,47 @@ impl RlTrainer {
         let episodes = all.len().max(1) as f64;
         let em = all.iter().filter(|(e, t)| reward::correct(e, &t.golden_answers)).count() as f64 / episodes;
         let rewards: Vec<f64> = kept.iter().flat_map(|g| g.rewards.iter().map(|r| r.total)).collect();
-        let (mut created_calls, mut reused_calls) = (0, 0);
+        // Reuse is counted against the graph as the rollouts saw it, before this iteration's
+        // admissions.
+        let admitted_before: std::collections::HashSet<String> = match &self.graph {
+            Some(g) => g.admitted_names()?.into_iter().collect(),
+            None => Default::default(),
+        };
+        let (mut created_calls, mut reused_calls, mut other_calls) = (0, 0, 0);
         for (e, _) in &all {
             for c in e.calls() {
                 if c.name == toolsmith_agent::tools::CREATE_TOOL {
                     created_calls += 1;
-                } else {
+                } else if admitted_before.contains(&c.name) {
                     reused_calls += 1;
+                } else {
+                    other_calls += 1;
                 }
             }
         }
+        let update = match (&self.graph, &self.config.graph) {
+            (Some(graph), Some(settings)) => {
+                let groups: Vec<(Vec<f64>, &Group)> =
+                    kept.iter().chain(&sampled).map(|g| (g.rewards.iter().map(|r| r.total).collect(), g)).collect();
+                let views: Vec<(&str, &[Trajectory], &[f64])> =
+                    groups.iter().map(|(r, g)| (g.task.id.as_str(), g.episodes.as_slice(), r.as_slice())).collect();
+                let executor = self.worlds.first().map(|w| w.tools.clone());
+                match executor {
+                    Some(executor) => {
+                        let update = graph.learn(self.state.step + 1, &views, settings.admit, executor.as_ref())?;
+                        // Executors of other worlds may not share the first one's toolbox.
+                        if update.admitted > 0 {
+                            for w in self.worlds.iter().skip(1) {
+                                graph.install_all(w.tools.as_ref())?;
+                            }
+                        }
+                        update
+                    }
+                    None => Default::default(),
+                }
+            }
+            _ => Default::default(),
+        };
         let (loss, grad_norm, lr, stats, entropy) = self.update(&examples)?;
         Ok(IterationMetrics {
             iteration: self.state.step + 1,
@@ -411,6 +514,9 @@ impl RlTrainer {
             lr,
             created_calls,
             reused_calls,
+            other_calls,
+            admitted: update.admitted,
+            graph_tools: update.tools,
             rollout_tokens_per_sec: generated as f64 / rollout_seconds.max(1e-9),
             seconds: started.elapsed().as_secs_f64(),
             rollout_seconds,
@@ -650,6 +756,30 @@ impl RlTrainer {
         Ok((last_loss, grad_norm, lr, first_stats, entropy))
     }
 
+    /// Gives the external engine the current weights (when configured to): saved to
+    /// `RUN/engine-weights`, then loaded by the engine before the next rollouts.
+    fn push_weights(&self) -> Result<(), TrainError> {
+        let (Some(engine), Some(settings)) = (&self.engine, &self.config.engine) else { return Ok(()) };
+        if !settings.push_weights {
+            return Ok(());
+        }
+        let dir = self.run.root().join("engine-weights");
+        let partial = self.run.root().join(".engine-weights.partial");
+        if partial.exists() {
+            std::fs::remove_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
+        }
+        self.lock().save(&partial)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        }
+        std::fs::rename(&partial, &dir).map_err(|e| TrainError::io(&dir, e))?;
+        let absolute = std::fs::canonicalize(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        self.runtime
+            .block_on(engine.update_weights(&absolute))
+            .map_err(|e| TrainError::Agent(format!("cannot push the weights to the engine: {e}")))?;
+        Ok(())
+    }
+
     fn evaluate(&mut self, on_event: &mut dyn FnMut(RlEvent<'_>)) -> Result<(), TrainError> {
         let Some(heldout) = &self.heldout else { return Ok(()) };
         on_event(RlEvent::EvalStarted { iteration: self.state.step });
@@ -662,11 +792,30 @@ impl RlTrainer {
     fn checkpoint(&mut self, on_event: &mut dyn FnMut(RlEvent<'_>)) -> Result<PathBuf, TrainError> {
         let dir = {
             let policy = self.lock();
-            self.run.save(&policy, &self.optimizer, &self.state, self.config.keep_checkpoints)?
+            let graph = self.graph.as_ref();
+            self.run.save_with(&policy, &self.optimizer, &self.state, self.config.keep_checkpoints, |dir| {
+                graph.map_or(Ok(()), |g| g.snapshot(dir))
+            })?
         };
         on_event(RlEvent::Checkpoint { iteration: self.state.step, dir: &dir });
         Ok(dir)
     }
+}
+
+/// The interfaces of `real`'s tools, answered by `actor` (MTR). Tool creation is left out: its
+/// result is code that ran, which a simulation cannot stand in for.
+fn simulated(real: &dyn Executor, actor: ToolActor) -> Result<Arc<dyn Executor>, TrainError> {
+    let tools = LocalTools::new().with_simulator(Arc::new(actor));
+    for mut manifest in real.manifests() {
+        if manifest.name.as_str() == toolsmith_agent::tools::CREATE_TOOL {
+            continue;
+        }
+        manifest.kind = ToolKind::Simulated;
+        tools
+            .add_simulated(manifest)
+            .map_err(|e| TrainError::Agent(format!("cannot simulate `{}`: {}", e.tool, e.message)))?;
+    }
+    Ok(Arc::new(tools))
 }
 
 /// A `[examples, t]` tensor of each example's `pick`ed values, zero-padded (or cut) to `t`.

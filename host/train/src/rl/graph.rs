@@ -1,0 +1,237 @@
+//! SEARL's tool graph while training: each run has its own registry (`RUN/registry.db`), seeded
+//! with the tools of the training worlds. Episodes retrieve from it; after each iteration the
+//! tools rollouts created are candidates, the best rollout's per task are admitted (near-duplicates
+//! merged), plans become reward-weighted edges, and calls update usage and reward statistics.
+//! Admitted tools are installed in the executors, so later iterations can call what earlier ones
+//! wrote. Each checkpoint carries a snapshot of the registry; resuming restores it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use toolsmith_agent::Trajectory;
+use toolsmith_agent::graph::{RegistryRetriever, record_candidates, record_plan};
+use toolsmith_agent::runner::Retriever;
+use toolsmith_agent::tools::{CREATE_TOOL, Executor};
+use toolsmith_contract::{Manifest, ToolKind};
+use toolsmith_registry::{NewTool, Registered, Registry, SortBy};
+
+use crate::TrainError;
+
+/// The registry's file name, in the run directory and in each checkpoint.
+pub const REGISTRY_FILE: &str = "registry.db";
+
+/// The run's name in the registry's candidate table.
+const RUN: &str = "rl";
+
+/// The tool graph's settings (SEARL).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct GraphConfig {
+    /// Tools retrieved per query (the question, then each planned sub-task). By default 5.
+    pub top_k: usize,
+    /// Admit the best rollout's created tools after each iteration. By default true.
+    pub admit: bool,
+}
+
+impl Default for GraphConfig {
+    fn default() -> Self {
+        GraphConfig { top_k: 5, admit: true }
+    }
+}
+
+/// What one iteration taught the graph.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct GraphUpdate {
+    /// Created tools that ran, from every rollout.
+    pub candidates: usize,
+    /// Of them, admitted as new tools or new versions.
+    pub admitted: usize,
+    /// Of them, merged into a near-duplicate already in the graph.
+    pub merged: usize,
+    /// Plan edges recorded (new or reinforced).
+    pub edges: usize,
+    /// Tools in the graph after the iteration.
+    pub tools: usize,
+}
+
+/// The run's registry.
+#[derive(Debug, Clone)]
+pub struct TrainingGraph {
+    registry: Arc<Mutex<Registry>>,
+    path: PathBuf,
+}
+
+fn registry_error(path: &Path, e: impl std::fmt::Display) -> TrainError {
+    TrainError::checkpoint(path, format!("tool registry: {e}"))
+}
+
+fn remove_registry(path: &Path) -> Result<(), TrainError> {
+    let mut index = path.as_os_str().to_owned();
+    index.push(".index");
+    let index = PathBuf::from(index);
+    if index.exists() {
+        std::fs::remove_dir_all(&index).map_err(|e| TrainError::io(&index, e))?;
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let file = PathBuf::from(file);
+        if file.exists() {
+            std::fs::remove_file(&file).map_err(|e| TrainError::io(&file, e))?;
+        }
+    }
+    Ok(())
+}
+
+impl TrainingGraph {
+    /// A fresh registry at `path` (any old one is replaced) holding `tools`: the manifests the
+    /// training worlds' executors run, except `create_and_execute_mcp`, which is always listed.
+    pub fn create(path: &Path, tools: &[Manifest]) -> Result<Self, TrainError> {
+        remove_registry(path)?;
+        let mut registry = Registry::open(path).map_err(|e| registry_error(path, e))?;
+        let seed: Vec<NewTool> =
+            tools.iter().filter(|m| m.name.as_str() != CREATE_TOOL).map(|m| NewTool::new(m.clone())).collect();
+        registry.register_many(seed, false).map_err(|e| registry_error(path, e))?;
+        // Seeded already: the command line must not add the bundled plugins when it opens this
+        // registry (`toolsmith tools list --registry RUN/registry.db`).
+        registry.set_meta("seeded", "training").map_err(|e| registry_error(path, e))?;
+        Ok(TrainingGraph { registry: Arc::new(Mutex::new(registry)), path: path.to_path_buf() })
+    }
+
+    /// The registry at `path` put back to the snapshot in `checkpoint` (what the graph was when
+    /// that checkpoint was written; later changes are dropped with the iterations that made
+    /// them).
+    pub fn restore(path: &Path, checkpoint: &Path) -> Result<Self, TrainError> {
+        let snapshot = checkpoint.join(REGISTRY_FILE);
+        if !snapshot.exists() {
+            return Err(TrainError::checkpoint(checkpoint, "no tool registry snapshot in this checkpoint"));
+        }
+        remove_registry(path)?;
+        let partial = path.with_extension("db.partial");
+        std::fs::copy(&snapshot, &partial).map_err(|e| TrainError::io(&partial, e))?;
+        std::fs::rename(&partial, path).map_err(|e| TrainError::io(path, e))?;
+        let registry = Registry::open(path).map_err(|e| registry_error(path, e))?;
+        Ok(TrainingGraph { registry: Arc::new(Mutex::new(registry)), path: path.to_path_buf() })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where the registry lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Retrieval from the graph, for the agents of the next rollouts.
+    pub fn retriever(&self) -> Arc<dyn Retriever> {
+        Arc::new(RegistryRetriever::new(self.registry.clone()))
+    }
+
+    /// Installs every tool the graph admitted (Python tools, with their code) into `executor`;
+    /// returns how many. Called on resume, when the executors start empty of them.
+    pub fn install_all(&self, executor: &dyn Executor) -> Result<usize, TrainError> {
+        let registry = self.lock();
+        let tools = registry.list(SortBy::Name).map_err(|e| registry_error(&self.path, e))?;
+        let mut installed = 0;
+        for t in tools.iter().filter(|t| t.manifest.kind == ToolKind::Python) {
+            let blob = match &t.blob_hash {
+                Some(h) => registry.blob(h).map_err(|e| registry_error(&self.path, e))?,
+                None => None,
+            };
+            match executor.install(&t.manifest, blob.as_deref()) {
+                Ok(()) => installed += 1,
+                Err(e) => tracing::warn!(tool = %t.name, "an admitted tool cannot be installed: {}", e.message),
+            }
+        }
+        Ok(installed)
+    }
+
+    /// Learns from an iteration's groups, each `(task id, episodes, rewards)`: candidates, the
+    /// best-reward admission, plan edges and call statistics. Newly admitted tools are installed
+    /// into `executor`.
+    pub fn learn(
+        &self,
+        iteration: u64,
+        groups: &[(&str, &[Trajectory], &[f64])],
+        admit: bool,
+        executor: &dyn Executor,
+    ) -> Result<GraphUpdate, TrainError> {
+        let err = |e| registry_error(&self.path, e);
+        let iteration = iteration as i64;
+        let mut update = GraphUpdate::default();
+        let mut fresh = Vec::new();
+        {
+            let mut registry = self.lock();
+            for (task, episodes, rewards) in groups {
+                for (episode, &reward) in episodes.iter().zip(rewards.iter()) {
+                    if !reward.is_finite() {
+                        continue;
+                    }
+                    update.candidates +=
+                        record_candidates(&mut registry, RUN, iteration, task, episode, reward).map_err(err)?;
+                }
+            }
+            if admit && update.candidates > 0 {
+                for admitted in registry.register_best(RUN, iteration).map_err(err)? {
+                    match admitted.outcome {
+                        Registered::Added { name } | Registered::Updated { name } => {
+                            update.admitted += 1;
+                            fresh.push(name);
+                        }
+                        Registered::Merged { .. } => update.merged += 1,
+                        Registered::Unchanged { .. } => {}
+                    }
+                }
+            }
+            for (_, episodes, rewards) in groups {
+                for (episode, &reward) in episodes.iter().zip(rewards.iter()) {
+                    if !reward.is_finite() {
+                        continue;
+                    }
+                    update.edges += record_plan(&mut registry, episode, reward).map_err(err)?.edges.len();
+                    for call in episode.calls() {
+                        // Calls of tools the graph does not hold (a creation, a typo) are not its
+                        // statistics.
+                        if registry.resolve(&call.name).map_err(err)?.is_some() {
+                            registry.record_call(&call.name, call.ok(), Some(reward)).map_err(err)?;
+                        }
+                    }
+                }
+            }
+            update.tools = registry.len().map_err(err)?;
+        }
+        for name in fresh {
+            let (manifest, blob) = {
+                let registry = self.lock();
+                let record = registry.get(&name).map_err(err)?;
+                let blob = match &record.blob_hash {
+                    Some(h) => registry.blob(h).map_err(err)?,
+                    None => None,
+                };
+                (record.manifest, blob)
+            };
+            if let Err(e) = executor.install(&manifest, blob.as_deref()) {
+                tracing::warn!(tool = %name, "an admitted tool cannot be installed: {}", e.message);
+            }
+        }
+        Ok(update)
+    }
+
+    /// Names of the tools the graph admitted from rollouts (agent-written Python tools).
+    pub fn admitted_names(&self) -> Result<Vec<String>, TrainError> {
+        let registry = self.lock();
+        let tools = registry.list(SortBy::Name).map_err(|e| registry_error(&self.path, e))?;
+        Ok(tools.into_iter().filter(|t| t.manifest.kind == ToolKind::Python).map(|t| t.name).collect())
+    }
+
+    /// Writes the registry's snapshot into a checkpoint directory being written.
+    pub fn snapshot(&self, checkpoint: &Path) -> Result<(), TrainError> {
+        let target = checkpoint.join(REGISTRY_FILE);
+        if target.exists() {
+            std::fs::remove_file(&target).map_err(|e| TrainError::io(&target, e))?;
+        }
+        self.lock().snapshot(&target).map_err(|e| registry_error(&target, e))
+    }
+}

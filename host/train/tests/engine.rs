@@ -1,0 +1,142 @@
+//! Rollouts from an external engine, token in and token out: a real HTTP server (`toolsmith
+//! serve`'s completions endpoint over a real policy) samples the episodes, the trainer pushes its
+//! weights to it and scores exactly the ids the engine returned.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use toolsmith_agent::backend::{CompletionsBackend, GenerateOptions, LocalBackend};
+use toolsmith_agent::env::{Corpus, World, WorldConfig};
+use toolsmith_agent::serve::chat_router;
+use toolsmith_agent::tools::{Executor, LocalTools};
+use toolsmith_agent::{Agent, AgentConfig, Mode, Trajectory};
+use toolsmith_policy::tch::{self, Kind};
+use toolsmith_policy::{LoadOptions, Policy};
+use toolsmith_train::metrics::{Record, read};
+use toolsmith_train::rl::config::EngineConfig;
+use toolsmith_train::rl::episode::episode_sequences;
+use toolsmith_train::rl::{Method, RlConfig, RlTrainer};
+use toolsmith_train::sequence::SequenceBuilder;
+
+/// Serves a tiny policy of `seed` on a free port; returns its base URL and the served policy.
+fn engine(runtime: &tokio::runtime::Runtime, seed: u64) -> (String, Arc<Mutex<Policy>>) {
+    let policy = Arc::new(Mutex::new(Policy::tiny(seed, LoadOptions::default()).expect("tiny")));
+    let app = chat_router(LocalBackend::shared(policy.clone(), "tiny"), "policy");
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), policy)
+}
+
+fn max_scoring_difference(policy: &Policy, episodes: &[Trajectory]) -> (usize, f64) {
+    let builder = SequenceBuilder::for_policy(policy).expect("builder");
+    let (mut scored, mut max_diff) = (0, 0.0_f64);
+    for trajectory in episodes {
+        for seq in episode_sequences(&builder, trajectory).expect("sequences") {
+            let scores = tch::no_grad(|| policy.score(std::slice::from_ref(&seq.tokens), false)).expect("scores");
+            let logprobs = Vec::<f64>::try_from(scores.logprobs.get(0).to_kind(Kind::Double)).expect("logprobs");
+            for (i, &m) in seq.tokens.loss_mask.iter().enumerate() {
+                if m {
+                    scored += 1;
+                    max_diff = max_diff.max((logprobs[i] - seq.behaviour[i]).abs());
+                }
+            }
+        }
+    }
+    (scored, max_diff)
+}
+
+#[test]
+fn an_engine_samples_what_the_trainer_scores_once_the_weights_are_pushed() {
+    tch::set_num_threads(1);
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let (url, served) = engine(&runtime, 7);
+    // The trainer's policy has other weights than the engine starts with.
+    let policy = Policy::tiny(0, LoadOptions::default()).expect("tiny");
+    let engine = CompletionsBackend::new(&url, "policy", None, policy.tokenizer().clone()).expect("engine");
+    let world = World::generate(WorldConfig { seed: 3, countries: 2, tasks_per_family: 1 });
+    let corpus = Arc::new(Corpus::new(&world.documents()).expect("corpus"));
+    let tools: Arc<dyn Executor> = Arc::new(LocalTools::new().with_corpus(corpus));
+    let run = |seed: u64| -> Vec<Trajectory> {
+        let config = AgentConfig {
+            mode: Mode::React,
+            max_turns: 3,
+            generate: GenerateOptions { max_tokens: 40, temperature: 1.0, seed, ..GenerateOptions::default() },
+            ..AgentConfig::default()
+        };
+        let agent = Agent::new(Arc::new(engine.clone()), tools.clone(), config);
+        world.tasks().iter().take(3).map(|t| runtime.block_on(agent.run(&t.question))).collect()
+    };
+
+    // Before the push the engine samples from its own weights: the trainer's scores disagree.
+    let before = run(1);
+    let (_, stale) = max_scoring_difference(&policy, &before);
+    assert!(stale > 1e-2, "the engine's weights differ, yet the scores agree to {stale:.2e}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    policy.save(&dir.path().join("weights")).expect("save");
+    let reply = runtime.block_on(engine.update_weights(&dir.path().join("weights"))).expect("push");
+    assert_eq!(reply["success"], Value::Bool(true), "{reply}");
+
+    let after = run(2);
+    let turns: usize = after.iter().map(|t| t.steps.len()).sum();
+    let (scored, max_diff) = max_scoring_difference(&policy, &after);
+    println!("{turns} turns sampled by the engine, {scored} tokens scored: max |trainer - engine| = {max_diff:.2e}");
+    assert!(turns >= 3 && scored > 60, "{turns} turns, {scored} tokens");
+    assert!(max_diff < 1e-3, "max abs log-prob difference {max_diff}");
+
+    // A checkpoint of another tokenizer is refused and the served weights stay.
+    std::fs::write(dir.path().join("weights/tokenizer.json"), b"{}").expect("overwrite");
+    assert!(runtime.block_on(engine.update_weights(&dir.path().join("weights"))).is_err());
+    drop(served);
+}
+
+#[test]
+fn an_rl_run_samples_on_the_engine_and_pushes_every_update() {
+    tch::set_num_threads(1);
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let (url, served) = engine(&runtime, 7);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let base = RlConfig::for_method(Method::Gap);
+    let config = RlConfig {
+        worlds: toolsmith_train::config::WorldsData {
+            seeds: vec![5],
+            countries: 2,
+            tasks_per_family: 1,
+            styles: vec![Mode::Gap],
+        },
+        eval: None,
+        iterations: 2,
+        tasks_per_iteration: 2,
+        group_size: 2,
+        max_turns: 2,
+        max_tokens: 16,
+        dynamic_sampling: false,
+        overlong_cache: 4,
+        lr: 1e-3,
+        threads: 1,
+        device: "cpu".into(),
+        engine: Some(EngineConfig { url, ..EngineConfig::default() }),
+        ..base
+    };
+    let tools = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
+    let mut trainer = RlTrainer::prepare(config, &out, false, &tools).expect("prepare");
+    trainer.run(&mut |_| {}).expect("trains");
+    let iterations = read(&out.join("metrics.jsonl"))
+        .expect("metrics")
+        .into_iter()
+        .filter(|r| matches!(r, Record::Iteration(_)))
+        .count();
+    assert_eq!(iterations, 2);
+    // The engine now serves exactly the trained weights.
+    let trained = trainer.policy();
+    let trained = trained.lock().expect("policy");
+    let served = served.lock().expect("served");
+    assert_eq!(served.state().step, trained.state().step);
+    let (a, b) = (trained.var_store().variables(), served.var_store().variables());
+    for (name, t) in &a {
+        let diff = (t - &b[name]).abs().max().double_value(&[]);
+        assert!(diff == 0.0, "{name} differs by {diff}");
+    }
+}

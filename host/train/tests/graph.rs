@@ -1,0 +1,108 @@
+//! SEARL's tool graph during training, with the real pieces: the CPython guest runs the tools the
+//! oracle's rollouts create, the registry is SQLite with BM25 and MiniLM retrieval, and the
+//! snapshot a checkpoint carries restores the graph and the tools it admitted.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::json;
+use toolsmith_agent::env::{Corpus, Family, World, WorldConfig};
+use toolsmith_agent::tools::{CREATE_TOOL, Executor, LocalTools};
+use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Trajectory};
+use toolsmith_host::python::{PythonRuntime, default_guest_path};
+use toolsmith_host::{Limits, Sandbox, SandboxConfig, Toolbox};
+use toolsmith_registry::Registry;
+use toolsmith_train::rl::graph::{REGISTRY_FILE, TrainingGraph};
+
+/// The world's search and a fresh toolbox with the Python guest (no plugins: they are not what
+/// this test is about).
+fn tools(corpus: Arc<Corpus>) -> LocalTools {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
+    let sandbox = Sandbox::new(SandboxConfig { cache_dir: Some(cache), ..SandboxConfig::default() }).expect("sandbox");
+    let runtime =
+        PythonRuntime::load(sandbox.clone(), &default_guest_path()).expect("python guest (scripts/setup.sh builds it)");
+    let toolbox = Toolbox::new(sandbox);
+    toolbox.set_python(runtime);
+    LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, Limits::default())
+}
+
+fn names(executor: &dyn Executor) -> Vec<String> {
+    executor.manifests().iter().map(|m| m.name.as_str().to_string()).collect()
+}
+
+#[test]
+fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_checkpoint() {
+    let world = World::generate(WorldConfig { seed: 5, countries: 2, tasks_per_family: 1 });
+    let task = world.tasks().into_iter().find(|t| t.family == Family::Numeric).expect("a numeric task");
+    let compute = task.solution.as_ref().and_then(|s| s.compute.clone()).expect("the oracle writes a tool for it");
+    let corpus = Arc::new(Corpus::new(&world.documents()).expect("corpus"));
+    let executor: Arc<LocalTools> = Arc::new(tools(corpus.clone()));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(REGISTRY_FILE);
+    let graph = TrainingGraph::create(&path, &executor.manifests()).expect("graph");
+    assert!(!names(executor.as_ref()).contains(&compute.name));
+
+    // A group of two SEARL rollouts of the task, both writing the same tool; the better one's
+    // tool is admitted, the other's rejected.
+    let tokenizer = Arc::new(toolsmith_policy::Tokenizer::tiny().expect("tokenizer"));
+    let oracle = Oracle::new(std::slice::from_ref(&task), Mode::Searl, tokenizer);
+    let agent = Agent::new(
+        Arc::new(oracle),
+        executor.clone(),
+        AgentConfig { mode: Mode::Searl, max_turns: 12, ..AgentConfig::default() },
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let episodes: Vec<Trajectory> = (0..2).map(|_| runtime.block_on(agent.run(&task.question))).collect();
+    for e in &episodes {
+        assert!(e.calls().any(|c| c.name == CREATE_TOOL && c.created.is_some()), "{e:?}");
+    }
+    let update = graph
+        .learn(1, &[(task.id.as_str(), episodes.as_slice(), &[0.4, 1.0])], true, executor.as_ref())
+        .expect("learn");
+    assert_eq!((update.candidates, update.admitted, update.merged), (2, 1, 0), "{update:?}");
+    assert_eq!(graph.admitted_names().expect("names"), vec![compute.name.clone()]);
+    let inspect = Registry::open(&path).expect("registry");
+    let statuses: Vec<(f64, String)> =
+        inspect.candidates("rl", 1).expect("candidates").into_iter().map(|c| (c.reward, c.status)).collect();
+    assert_eq!(statuses, vec![(0.4, "rejected".to_string()), (1.0, "admitted".to_string())]);
+    // The plan's calls were counted with their episode's reward.
+    let search = inspect.get("search").expect("search node");
+    assert_eq!(
+        search.stats.usage_count as usize,
+        episodes.iter().flat_map(|e| e.calls()).filter(|c| c.name == "search").count()
+    );
+    drop(inspect);
+
+    // Installed: the next rollouts can call it like any tool, and retrieval finds it.
+    assert!(names(executor.as_ref()).contains(&compute.name));
+    let sum = runtime.block_on(executor.call(&compute.name, &json!({"values": [2, 3, 5]})));
+    assert_eq!(sum.value.as_ref().ok(), Some(&json!({"result": 10})), "{:?}", sum.value);
+    let found = runtime.block_on(graph.retriever().retrieve(std::slice::from_ref(&compute.description), 3));
+    assert!(found.iter().any(|m| m.name.as_str() == compute.name), "{found:?}");
+
+    // A checkpoint's snapshot; the live registry then moves on (an iteration the crash loses).
+    let checkpoint = dir.path().join("step-1");
+    std::fs::create_dir_all(&checkpoint).expect("mkdir");
+    graph.snapshot(&checkpoint).expect("snapshot");
+    graph.learn(2, &[(task.id.as_str(), episodes.as_slice(), &[1.0, 1.0])], true, executor.as_ref()).expect("learn");
+    drop(graph);
+
+    // Resume in a fresh process: new executors that know nothing of the tool.
+    let fresh = tools(corpus);
+    assert!(!names(&fresh).contains(&compute.name));
+    let restored = TrainingGraph::restore(&path, &checkpoint).expect("restore");
+    assert_eq!(restored.install_all(&fresh).expect("install"), 1);
+    assert!(names(&fresh).contains(&compute.name));
+    let sum = runtime.block_on(fresh.call(&compute.name, &json!({"values": [1, 1]})));
+    assert_eq!(sum.value.as_ref().ok(), Some(&json!({"result": 2})), "{:?}", sum.value);
+    let mut inspect = Registry::open(&path).expect("registry");
+    assert!(inspect.candidates("rl", 2).expect("candidates").is_empty(), "iteration 2 was after the snapshot");
+    let report = inspect.doctor().expect("doctor");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+
+    // A checkpoint without a snapshot is a clear error, not an empty graph.
+    let empty = dir.path().join("step-0");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let err = TrainingGraph::restore(&dir.path().join("other.db"), &empty).expect_err("no snapshot").to_string();
+    assert!(err.contains("no tool registry snapshot"), "{err}");
+}
