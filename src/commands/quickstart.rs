@@ -495,6 +495,10 @@ fn rl_section(env: &Env) -> Result<()> {
                 "  1 iteration       -> {} episodes in {} groups: reward {:.2}, KL {:.4}, clip {:.3}, entropy {:.2}, {:.0} rollout tokens/s",
                 m.episodes, m.groups, m.reward, m.kl, m.clip_fraction, m.entropy, m.rollout_tokens_per_sec
             );
+            println!(
+                "  tool graph        -> {} tools in the run's registry (episodes retrieve from it; {} admitted from this iteration's rollouts)",
+                m.graph_tools, m.admitted
+            );
         }
     })?;
     println!("  try it: toolsmith train rl --preset tiny-world --method gap --init runs/sft/final --out runs/rl");

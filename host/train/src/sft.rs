@@ -13,7 +13,7 @@ use rand::seq::SliceRandom;
 use toolsmith_agent::Mode;
 use toolsmith_agent::env::{Corpus, World};
 use toolsmith_agent::oracle::{Oracle, synthesize};
-use toolsmith_policy::tch::Kind;
+use toolsmith_policy::tch::{Kind, Tensor};
 use toolsmith_policy::{LoadOptions, Policy, Precision, TokenSequence};
 
 use crate::TrainError;
@@ -422,15 +422,54 @@ impl SftTrainer {
         let sequences: Vec<TokenSequence> = batch.iter().map(|&i| self.data[i].tokens.clone()).collect();
         let tokens: usize = sequences.iter().map(|s| s.ids.len()).sum();
         let trained: usize = sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).sum();
+        // Per-token loss weights: the first assistant turn's tokens count `first_turn_weight`
+        // times (the objective is the weighted mean; the reported loss stays the plain mean).
+        let first = self.config.first_turn_weight;
+        let weights: Vec<Vec<f32>> = batch
+            .iter()
+            .map(|&i| {
+                let s = &self.data[i];
+                let mut w = vec![1.0_f32; s.tokens.ids.len()];
+                if let Some(turn) = s.turns.first() {
+                    for slot in &mut w[turn.clone()] {
+                        *slot = first as f32;
+                    }
+                }
+                w
+            })
+            .collect();
+        let weighted: f64 = sequences
+            .iter()
+            .zip(&weights)
+            .map(|(s, w)| {
+                s.loss_mask.iter().zip(w).skip(1).filter(|(m, _)| **m).map(|(_, &w)| f64::from(w)).sum::<f64>()
+            })
+            .sum();
         let step = self.state.step;
         let lr = self.schedule.lr(step);
         let micro = self.config.micro_batch_tokens;
         let policy = self.policy.lock().unwrap_or_else(|p| p.into_inner());
         self.optimizer.zero_grad();
         let denominator = trained.max(1) as f64;
-        let loss = policy.accumulate_gradients(&sequences, micro, false, |scores, _| {
-            -(&scores.logprobs * &scores.mask).sum(Kind::Float) / denominator
+        let mut plain = 0.0;
+        let objective = policy.accumulate_gradients(&sequences, micro, false, |scores, range| {
+            let nll = -(&scores.logprobs * &scores.mask);
+            if first == 1.0 {
+                return nll.sum(Kind::Float) / denominator;
+            }
+            plain += nll.detach().sum(Kind::Double).double_value(&[]) / denominator;
+            let t = scores.logprobs.size()[1];
+            let t_len = t as usize;
+            let mut flat = vec![0_f32; range.len() * t_len];
+            for (row, w) in flat.chunks_mut(t_len).zip(&weights[range]) {
+                for (slot, &v) in row.iter_mut().zip(w) {
+                    *slot = v;
+                }
+            }
+            let w = Tensor::from_slice(&flat).view([-1, t]).to_device(scores.logprobs.device());
+            (nll * w).sum(Kind::Float) / weighted.max(1e-9)
         })?;
+        let loss = if first == 1.0 { objective } else { plain };
         if !loss.is_finite() {
             self.optimizer.zero_grad();
             return Err(TrainError::NonFinite { step: step + 1, what: "loss", value: loss });

@@ -122,3 +122,28 @@ fn a_non_finite_loss_stops_the_step_and_keeps_the_last_checkpoint() {
     let policy = toolsmith_policy::Policy::load(&run.join("checkpoints").join(latest.trim()), Default::default());
     assert!(policy.is_ok(), "the last good checkpoint loads");
 }
+
+#[test]
+fn the_first_turn_weight_changes_the_update_not_the_reported_loss() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let step_one = |weight: f64, name: &str| {
+        let run = dir.path().join(name);
+        let config = SftConfig { steps: Some(2), eval: None, first_turn_weight: weight, ..config() };
+        let mut trainer = sft::prepare(config, &run, false, &tools).expect("prepare");
+        trainer.run(&mut |_| {}).expect("trains");
+        read(&run.join("metrics.jsonl"))
+            .expect("metrics")
+            .into_iter()
+            .filter_map(|r| if let Record::Train(s) = r { Some((s.loss, s.grad_norm)) } else { None })
+            .collect::<Vec<_>>()
+    };
+    let plain = step_one(1.0, "plain");
+    let weighted = step_one(4.0, "weighted");
+    // The same weights and data at step 1: the reported loss is the plain token mean either way
+    // (summed in f32 or f64: equal to rounding).
+    assert!((plain[0].0 - weighted[0].0).abs() < 1e-5, "{plain:?} vs {weighted:?}");
+    // The gradient is not: the first turn weighs four times as much.
+    assert!((plain[0].1 - weighted[0].1).abs() > 1e-6, "{plain:?} vs {weighted:?}");
+    // Later steps differ because the update did.
+    assert!((plain[1].0 - weighted[1].0).abs() > 1e-9, "{plain:?} vs {weighted:?}");
+}
