@@ -389,7 +389,7 @@ fn training_section(env: &Env) -> Result<()> {
         rates.get(rates.len() / 2).copied().unwrap_or_default()
     );
     println!("  checkpoint        -> {} (weights, optimiser moments, data position: resumable)", final_dir.display());
-    println!("  try it: toolsmith train sft --preset tiny-world --out runs/sft   (about 15 minutes on 2 cores)");
+    println!("  try it: toolsmith train sft --preset tiny-world --out runs/sft   (about 12 minutes on 2 cores)");
     Ok(())
 }
 

@@ -110,9 +110,13 @@ pub struct RlArgs {
     /// to it after every update.
     #[arg(long, value_name = "URL")]
     pub engine: Option<String>,
-    /// The model name the engine serves.
-    #[arg(long, default_value = "policy", requires = "engine")]
-    pub engine_model: String,
+    /// The model name the engine serves [default: policy].
+    #[arg(long, requires = "engine")]
+    pub engine_model: Option<String>,
+    /// Do not push the weights to the engine after each update (an engine without
+    /// `/update_weights_from_disk`, such as vLLM, reloaded some other way).
+    #[arg(long, requires = "engine")]
+    pub no_push_weights: bool,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,
@@ -153,6 +157,9 @@ pub struct SftArgs {
     /// Padded tokens per forward/backward pass (bounds memory).
     #[arg(long)]
     pub micro_batch_tokens: Option<usize>,
+    /// Loss weight of each conversation's first assistant turn (1: the plain token mean).
+    #[arg(long)]
+    pub first_turn_weight: Option<f64>,
     /// Seed of the weights (tiny) and the data order.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -215,7 +222,8 @@ fn resolve(args: &SftArgs) -> Result<SftConfig> {
     }
     set!(init => init, epochs => epochs, lr => lr, batch_tokens => batch_tokens,
          micro_batch_tokens => micro_batch_tokens, seed => seed, device => device, threads => threads,
-         eval_every => eval_every, checkpoint_every => checkpoint_every);
+         eval_every => eval_every, checkpoint_every => checkpoint_every,
+         first_turn_weight => first_turn_weight);
     if let Some(steps) = args.steps {
         config.steps = Some(steps);
     } else if args.epochs.is_some() {
@@ -299,7 +307,15 @@ fn finish(
     let final_dir = result.context("training failed")?;
     let records = metrics::read(&out.join(metrics::METRICS_FILE))?;
     print!("{}", report::summary(&records));
-    println!("policy: {} (e.g. toolsmith eval --policy {})", final_dir.display(), final_dir.display());
+    // The policy was trained on prompts in the run's tool listing: evaluate it on the same.
+    let format = std::fs::read_to_string(out.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|c| c.get("tool_format").and_then(|f| f.as_str()).map(str::to_owned))
+        .filter(|f| f != "compact")
+        .map(|f| format!(" --tool-format {f}"))
+        .unwrap_or_default();
+    println!("policy: {} (e.g. toolsmith eval --policy {}{format})", final_dir.display(), final_dir.display());
     println!("curves: toolsmith train report {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -362,7 +378,12 @@ fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
     if let Some(url) = &args.engine {
         let engine = config.engine.get_or_insert_with(Default::default);
         engine.url = url.clone();
-        engine.model = args.engine_model.clone();
+        if let Some(model) = &args.engine_model {
+            engine.model = model.clone();
+        }
+        if args.no_push_weights {
+            engine.push_weights = false;
+        }
     }
     config.validate()?;
     Ok(config)

@@ -33,6 +33,8 @@ use crate::backend::{BackendError, GenerateOptions, LocalBackend, Message};
 struct ChatState {
     backend: LocalBackend,
     model: String,
+    /// Held through a whole weight update, so two updates cannot swap in out of order.
+    updating: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
 /// The routes, for [`toolsmith_host::daemon::http::HttpOptions::extra_routes`] or on their own.
@@ -42,7 +44,7 @@ pub fn chat_router(backend: LocalBackend, model: impl Into<String>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/update_weights_from_disk", post(update_weights))
-        .with_state(ChatState { backend, model: model.into() })
+        .with_state(ChatState { backend, model: model.into(), updating: Default::default() })
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,16 +81,11 @@ fn error(status: StatusCode, message: String) -> Response {
 /// take) are the client's; anything else is the server's.
 fn status_of(e: &BackendError) -> StatusCode {
     match e {
-        BackendError::Template(_) | BackendError::Policy(toolsmith_policy::PolicyError::Sampling(_)) => {
-            StatusCode::BAD_REQUEST
-        }
+        BackendError::Template(_)
+        | BackendError::ContextFull { .. }
+        | BackendError::Policy(toolsmith_policy::PolicyError::Sampling(_)) => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
-}
-
-/// The optimiser step of the weights being served.
-fn served_step(backend: &LocalBackend) -> u64 {
-    backend.policy().lock().unwrap_or_else(|p| p.into_inner()).state().step
 }
 
 #[derive(Debug, Deserialize)]
@@ -227,7 +224,9 @@ async fn update_weights(State(state): State<ChatState>, body: Bytes) -> Response
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request body: {e}")),
     };
     let backend = state.backend.clone();
+    let updating = state.updating.clone();
     let joined = tokio::task::spawn_blocking(move || -> Result<u64, String> {
+        let _one_at_a_time = updating.lock().unwrap_or_else(|p| p.into_inner());
         let shared = backend.policy();
         let (options, tokenizer, config) = {
             let current = shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -296,10 +295,7 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
     let messages = request.messages;
     if !request.stream {
         let backend = state.backend.clone();
-        let joined = tokio::task::spawn_blocking(move || {
-            backend.complete_blocking(&messages, &options, None).map(|c| (c, served_step(&backend)))
-        })
-        .await;
+        let joined = tokio::task::spawn_blocking(move || backend.complete_stepped(&messages, &options, None)).await;
         return match joined {
             Ok(Ok((c, step))) => axum::Json(json!({
                 "id": id, "object": "chat.completion", "created": now(), "model": model,

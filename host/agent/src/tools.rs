@@ -10,7 +10,7 @@ use serde_json::Value;
 use toolsmith_contract::{ErrorKind, Manifest, Provenance, StructuredError, ToolKind};
 use toolsmith_host::python::create::{CreateRequest, PythonTool};
 use toolsmith_host::validate::ToolSchemas;
-use toolsmith_host::{Limits, Toolbox, not_found_error};
+use toolsmith_host::{Limits, Tool, Toolbox, not_found_error};
 
 use crate::backend::BoxFuture;
 use crate::env::Corpus;
@@ -107,6 +107,9 @@ pub struct LocalTools {
     toolbox: Option<Toolbox>,
     simulated: RwLock<BTreeMap<String, Arc<Checked>>>,
     simulator: Option<Arc<dyn Simulator>>,
+    /// Tools installed into this executor only ([`Executor::install`]), run in the toolbox's
+    /// sandbox but not added to its table, which other executors (held-out evaluation) share.
+    installed: RwLock<BTreeMap<String, Arc<Tool>>>,
     limits: Limits,
 }
 
@@ -192,6 +195,7 @@ impl Executor for LocalTools {
         if self.has_python() {
             out.push(create_tool_manifest());
         }
+        out.extend(self.installed.read().unwrap_or_else(|p| p.into_inner()).values().map(|t| t.manifest.clone()));
         out.extend(self.simulated.read().unwrap_or_else(|p| p.into_inner()).values().map(|c| c.manifest.clone()));
         out
     }
@@ -201,8 +205,8 @@ impl Executor for LocalTools {
         let toolbox = self.toolbox.as_ref().ok_or_else(|| {
             StructuredError::new(ErrorKind::InvalidComponent, name, "these tools have no sandbox to run it in")
         })?;
-        // Clones of a toolbox share its table: every executor over it sees the tool.
-        toolbox.register(toolbox.load_stored(manifest, blob)?);
+        let tool = toolbox.load_stored(manifest, blob)?;
+        self.installed.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), tool);
         Ok(())
     }
 
@@ -234,6 +238,17 @@ impl Executor for LocalTools {
                     .await
                     .and_then(|v| checked.schemas.check_output(name, &v).map(|()| v));
                 return ToolResult::of(out);
+            }
+            let installed = self.installed.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned();
+            if let (Some(tool), Some(toolbox)) = (installed, &self.toolbox) {
+                let (toolbox, args, limits) = (toolbox.clone(), args.clone(), self.limits);
+                let joined = tokio::task::spawn_blocking(move || {
+                    ToolResult::of(toolbox.call_tool(&tool, &args, limits).map(|o| o.value))
+                })
+                .await;
+                return joined.unwrap_or_else(|e| {
+                    ToolResult::of(Err(StructuredError::new(ErrorKind::Trap, name, e.to_string())))
+                });
             }
             let is_create = name == CREATE_TOOL && self.has_python();
             let toolbox = match &self.toolbox {

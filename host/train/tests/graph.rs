@@ -42,10 +42,10 @@ fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_chec
     let graph = TrainingGraph::create(&path, &executor.manifests()).expect("graph");
     assert!(!names(executor.as_ref()).contains(&compute.name));
 
-    // A group of two SEARL rollouts of the task, both writing the same tool; the better one's
-    // tool is admitted, the other's rejected.
+    // A group of two SEARL rollouts of the task, both writing the same tool and equally good:
+    // the first one's tool is admitted, the other's rejected.
     let tokenizer = Arc::new(toolsmith_policy::Tokenizer::tiny().expect("tokenizer"));
-    let oracle = Oracle::new(std::slice::from_ref(&task), Mode::Searl, tokenizer);
+    let oracle = Oracle::new(std::slice::from_ref(&task), Mode::Searl, tokenizer.clone());
     let agent = Agent::new(
         Arc::new(oracle),
         executor.clone(),
@@ -56,21 +56,33 @@ fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_chec
     for e in &episodes {
         assert!(e.calls().any(|c| c.name == CREATE_TOOL && c.created.is_some()), "{e:?}");
     }
+    // First a group whose best rollout wrote no tool (a GAP-style one): the worse rollout's tool
+    // is not a candidate.
+    let plain = {
+        let oracle = Oracle::new(std::slice::from_ref(&task), Mode::Gap, tokenizer.clone());
+        let config = AgentConfig { mode: Mode::Gap, max_turns: 12, ..AgentConfig::default() };
+        runtime.block_on(Agent::new(Arc::new(oracle), executor.clone(), config).run(&task.question))
+    };
+    assert!(!plain.calls().any(|c| c.name == CREATE_TOOL));
+    let searches = |e: &[Trajectory]| e.iter().flat_map(|e| e.calls()).filter(|c| c.name == "search").count();
+    let mixed = [episodes[0].clone(), plain];
+    let update = graph.learn(1, &[("t", mixed.as_slice(), &[0.4, 1.0])], true, executor.as_ref()).expect("learn");
+    assert_eq!((update.candidates, update.admitted), (0, 0), "{update:?}");
+    // Nor does a group where every rollout failed add anything.
+    let update = graph.learn(1, &[("t", episodes.as_slice(), &[0.0, 0.0])], true, executor.as_ref()).expect("learn");
+    assert_eq!((update.candidates, update.admitted), (0, 0), "{update:?}");
     let update = graph
-        .learn(1, &[(task.id.as_str(), episodes.as_slice(), &[0.4, 1.0])], true, executor.as_ref())
+        .learn(1, &[(task.id.as_str(), episodes.as_slice(), &[1.0, 1.0])], true, executor.as_ref())
         .expect("learn");
     assert_eq!((update.candidates, update.admitted, update.merged), (2, 1, 0), "{update:?}");
     assert_eq!(graph.admitted_names().expect("names"), vec![compute.name.clone()]);
     let inspect = Registry::open(&path).expect("registry");
-    let statuses: Vec<(f64, String)> =
-        inspect.candidates("rl", 1).expect("candidates").into_iter().map(|c| (c.reward, c.status)).collect();
-    assert_eq!(statuses, vec![(0.4, "rejected".to_string()), (1.0, "admitted".to_string())]);
-    // The plan's calls were counted with their episode's reward.
+    let statuses: Vec<String> =
+        inspect.candidates("rl", 1).expect("candidates").into_iter().map(|c| c.status).collect();
+    assert_eq!(statuses, ["admitted", "rejected"]);
+    // Every rollout's calls were counted, whatever its reward (three groups learned from).
     let search = inspect.get("search").expect("search node");
-    assert_eq!(
-        search.stats.usage_count as usize,
-        episodes.iter().flat_map(|e| e.calls()).filter(|c| c.name == "search").count()
-    );
+    assert_eq!(search.stats.usage_count as usize, searches(&mixed) + 2 * searches(&episodes));
     drop(inspect);
 
     // Installed: the next rollouts can call it like any tool, and retrieval finds it.

@@ -36,8 +36,19 @@ impl LocalBackend {
         &self,
         messages: &[Message],
         options: &GenerateOptions,
-        mut on_text: Option<&mut dyn FnMut(&str)>,
+        on_text: Option<&mut dyn FnMut(&str)>,
     ) -> Result<Completion, BackendError> {
+        self.complete_stepped(messages, options, on_text).map(|(c, _)| c)
+    }
+
+    /// [`LocalBackend::complete_blocking`], with the optimiser step of the weights that
+    /// answered (read under the same lock, so a weight swap cannot come in between).
+    pub fn complete_stepped(
+        &self,
+        messages: &[Message],
+        options: &GenerateOptions,
+        mut on_text: Option<&mut dyn FnMut(&str)>,
+    ) -> Result<(Completion, u64), BackendError> {
         let policy = self.policy.lock().unwrap_or_else(|p| p.into_inner());
         let tokenizer = policy.tokenizer();
         let template = ChatTemplate::of(tokenizer)?;
@@ -58,7 +69,8 @@ impl LocalBackend {
         let callback: Option<&mut dyn FnMut(TokenEvent<'_>)> = Some(&mut forward);
         let (mut generations, _) = policy.generate(std::slice::from_ref(&prompt), &params, callback)?;
         let generation = generations.pop().ok_or_else(|| BackendError::Join("no generation".into()))?;
-        Ok(Completion::from_generation(generation, prompt.len(), template.end_of_turn(tokenizer)?))
+        let completion = Completion::from_generation(generation, prompt.len(), template.end_of_turn(tokenizer)?);
+        Ok((completion, policy.state().step))
     }
 }
 

@@ -23,6 +23,9 @@ pub struct CompletionsBackend {
     api_key: Option<String>,
     tokenizer: Arc<Tokenizer>,
     end_of_turn: Option<i64>,
+    /// The served model's context, when known: a turn's budget is cut to what the prompt leaves
+    /// (engines refuse a request whose prompt plus `max_tokens` exceeds it).
+    context: Option<usize>,
 }
 
 fn http(url: &str, e: impl std::fmt::Display) -> BackendError {
@@ -46,7 +49,14 @@ impl CompletionsBackend {
             api_key,
             tokenizer: Arc::new(tokenizer),
             end_of_turn,
+            context: None,
         })
+    }
+
+    /// Sets the served model's context length (its `max_position_embeddings`).
+    pub fn with_context(mut self, context: usize) -> Self {
+        self.context = Some(context);
+        self
     }
 
     /// The server's root (the base URL without a trailing `/v1`), where SGLang-style admin
@@ -76,11 +86,12 @@ impl CompletionsBackend {
         self.post(&url, &json!({"model_path": dir})).await
     }
 
-    fn request_body(&self, prompt: &[i64], options: &GenerateOptions) -> Value {
+    fn request_body(&self, prompt: &[i64], options: &GenerateOptions, max_tokens: usize) -> Value {
         let mut body = json!({
             "model": self.model,
             "prompt": prompt,
-            "max_tokens": options.max_tokens,
+            "max_tokens": max_tokens,
+            "stop_token_ids": self.tokenizer.eos_ids(),
             "temperature": options.temperature,
             "top_p": options.top_p,
             "seed": options.seed,
@@ -112,8 +123,15 @@ impl Backend for CompletionsBackend {
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
         Box::pin(async move {
             let prompt = ChatTemplate::of(&self.tokenizer)?.encode(&self.tokenizer, messages, true)?.ids;
+            let max_tokens = match self.context {
+                Some(context) if prompt.len() >= context => {
+                    return Err(BackendError::ContextFull { prompt: prompt.len(), context });
+                }
+                Some(context) => options.max_tokens.min(context - prompt.len()),
+                None => options.max_tokens,
+            };
             let url = format!("{}/completions", self.base_url);
-            let body = self.post(&url, &self.request_body(&prompt, options)).await?;
+            let body = self.post(&url, &self.request_body(&prompt, options, max_tokens)).await?;
             let choice = body.pointer("/choices/0").ok_or_else(|| http(&url, format!("no choices[0] in {body}")))?;
             let ids: Vec<i64> = choice
                 .get("token_ids")
@@ -126,7 +144,12 @@ impl Backend for CompletionsBackend {
             if logprobs.len() != ids.len() {
                 return Err(http(url.as_str(), format!("{} token ids but {} log-probs", ids.len(), logprobs.len())));
             }
-            let length = choice.get("finish_reason").and_then(Value::as_str) == Some("length");
+            let length = match choice.get("finish_reason").and_then(Value::as_str) {
+                Some("length") => true,
+                Some("stop") => false,
+                // An aborted or failed generation is not a turn to train on.
+                other => return Err(http(&url, format!("the engine ended the turn with finish_reason {other:?}"))),
+            };
             let last = ids.last().copied();
             let finish = if length {
                 FinishReason::Length

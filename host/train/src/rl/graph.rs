@@ -43,7 +43,7 @@ impl Default for GraphConfig {
 /// What one iteration taught the graph.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct GraphUpdate {
-    /// Created tools that ran, from every rollout.
+    /// Created tools that ran, from each group's best rollouts.
     pub candidates: usize,
     /// Of them, admitted as new tools or new versions.
     pub admitted: usize,
@@ -105,7 +105,10 @@ impl TrainingGraph {
     pub fn restore(path: &Path, checkpoint: &Path) -> Result<Self, TrainError> {
         let snapshot = checkpoint.join(REGISTRY_FILE);
         if !snapshot.exists() {
-            return Err(TrainError::checkpoint(checkpoint, "no tool registry snapshot in this checkpoint"));
+            return Err(TrainError::checkpoint(
+                checkpoint,
+                "no tool registry snapshot in this checkpoint (the run was started without the tool graph: resume with --no-graph)",
+            ));
         }
         remove_registry(path)?;
         let partial = path.with_extension("db.partial");
@@ -148,9 +151,14 @@ impl TrainingGraph {
         Ok(installed)
     }
 
-    /// Learns from an iteration's groups, each `(task id, episodes, rewards)`: candidates, the
+    /// Learns from an iteration's groups, each `(task key, episodes, rewards)`: candidates, the
     /// best-reward admission, plan edges and call statistics. Newly admitted tools are installed
     /// into `executor`.
+    ///
+    /// Only rollouts that reach their group's highest reward (above 0) are candidates: the
+    /// registry's admission picks the best *candidate*, so a lower-reward rollout's tools would
+    /// otherwise be admitted whenever the best rollout wrote none, and a group that failed
+    /// altogether would still add tools.
     pub fn learn(
         &self,
         iteration: u64,
@@ -165,8 +173,9 @@ impl TrainingGraph {
         {
             let mut registry = self.lock();
             for (task, episodes, rewards) in groups {
+                let best = rewards.iter().copied().filter(|r| r.is_finite()).fold(f64::NEG_INFINITY, f64::max);
                 for (episode, &reward) in episodes.iter().zip(rewards.iter()) {
-                    if !reward.is_finite() {
+                    if !(reward.is_finite() && reward >= best && reward > 0.0) {
                         continue;
                     }
                     update.candidates +=

@@ -72,6 +72,8 @@ struct TrainWorld {
 
 /// A group: one task's episodes and their rewards.
 struct Group {
+    /// The training world the task is from (task ids repeat across worlds).
+    world: usize,
     task: Task,
     episodes: Vec<Trajectory>,
     rewards: Vec<EpisodeReward>,
@@ -245,9 +247,12 @@ impl RlTrainer {
             Some(e) => {
                 let key = e.api_key_env.as_ref().and_then(|v| std::env::var(v).ok()).filter(|k| !k.is_empty());
                 let tokenizer = policy.lock().unwrap_or_else(|p| p.into_inner()).tokenizer().clone();
+                let context =
+                    policy.lock().unwrap_or_else(|p| p.into_inner()).config().common().max_position_embeddings;
                 Some(
                     CompletionsBackend::new(&e.url, &e.model, key, tokenizer)
-                        .map_err(|err| TrainError::Agent(format!("engine {}: {err}", e.url)))?,
+                        .map_err(|err| TrainError::Agent(format!("engine {}: {err}", e.url)))?
+                        .with_context(usize::try_from(context).unwrap_or(usize::MAX)),
                 )
             }
             None => None,
@@ -388,10 +393,10 @@ impl RlTrainer {
         let mut episodes = self.runtime.block_on(futures_util::future::join_all(futures)).into_iter();
         tasks
             .iter()
-            .map(|(_, task)| {
+            .map(|(world, task)| {
                 let episodes: Vec<Trajectory> = episodes.by_ref().take(c.group_size).collect();
                 let rewards = episodes.iter().map(|e| self.reward(e, task)).collect();
-                Group { task: task.clone(), episodes, rewards }
+                Group { world: *world, task: task.clone(), episodes, rewards }
             })
             .collect()
     }
@@ -474,10 +479,16 @@ impl RlTrainer {
         }
         let update = match (&self.graph, &self.config.graph) {
             (Some(graph), Some(settings)) => {
-                let groups: Vec<(Vec<f64>, &Group)> =
-                    kept.iter().chain(&sampled).map(|g| (g.rewards.iter().map(|r| r.total).collect(), g)).collect();
+                // Task ids repeat across worlds: the graph's admission is per task of a world.
+                let groups: Vec<(String, Vec<f64>, &Group)> = kept
+                    .iter()
+                    .chain(&sampled)
+                    .map(|g| {
+                        (format!("world-{}/{}", g.world, g.task.id), g.rewards.iter().map(|r| r.total).collect(), g)
+                    })
+                    .collect();
                 let views: Vec<(&str, &[Trajectory], &[f64])> =
-                    groups.iter().map(|(r, g)| (g.task.id.as_str(), g.episodes.as_slice(), r.as_slice())).collect();
+                    groups.iter().map(|(k, r, g)| (k.as_str(), g.episodes.as_slice(), r.as_slice())).collect();
                 let executor = self.worlds.first().map(|w| w.tools.clone());
                 match executor {
                     Some(executor) => {
