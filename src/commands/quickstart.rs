@@ -496,8 +496,10 @@ fn rl_section(env: &Env) -> Result<()> {
                 m.episodes, m.groups, m.reward, m.kl, m.clip_fraction, m.entropy, m.rollout_tokens_per_sec
             );
             println!(
-                "  tool graph        -> {} tools in the run's registry (episodes retrieve from it; {} admitted from this iteration's rollouts)",
-                m.graph_tools, m.admitted
+                "  tool graph        -> {} tool{} in the run's registry (episodes retrieve from it; {} admitted from this iteration's rollouts)",
+                m.graph_tools,
+                if m.graph_tools == 1 { "" } else { "s" },
+                m.admitted
             );
         }
     })?;
