@@ -59,18 +59,53 @@ struct ChatRequest {
     #[serde(default)]
     model: Option<String>,
     messages: Vec<Message>,
+    #[serde(flatten)]
+    sampling: Sampling,
+    #[serde(default)]
+    stream: bool,
+}
+
+/// The sampling fields both endpoints take.
+#[derive(Debug, Deserialize)]
+struct Sampling {
     #[serde(default, alias = "max_completion_tokens")]
     max_tokens: Option<usize>,
     #[serde(default)]
     temperature: Option<f64>,
     #[serde(default)]
     top_p: Option<f64>,
+    /// vLLM's "no top-k" is -1.
+    #[serde(default)]
+    top_k: Option<i64>,
+    #[serde(default)]
+    repetition_penalty: Option<f64>,
     #[serde(default)]
     stop: Option<Stop>,
     #[serde(default)]
     seed: Option<u64>,
-    #[serde(default)]
-    stream: bool,
+}
+
+impl Sampling {
+    /// The generation options, `default_max` tokens unless asked otherwise; a bad setting is
+    /// the client's error.
+    fn options(self, default_max: usize) -> Result<GenerateOptions, Response> {
+        if let Some(t) = self.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(error(StatusCode::BAD_REQUEST, format!("temperature {t} is outside [0, 2]")));
+        }
+        Ok(GenerateOptions {
+            max_tokens: self.max_tokens.unwrap_or(default_max).clamp(1, 8192),
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0).clamp(f64::MIN_POSITIVE, 1.0),
+            top_k: self.top_k.filter(|&k| k > 0).map_or(0, |k| k as usize),
+            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+            stop: match self.stop {
+                None => Vec::new(),
+                Some(Stop::One(s)) => vec![s],
+                Some(Stop::Many(v)) => v,
+            },
+            seed: self.seed.unwrap_or(GenerateOptions::default().seed),
+        })
+    }
 }
 
 fn error(status: StatusCode, message: String) -> Response {
@@ -100,20 +135,8 @@ struct CompletionRequest {
     #[serde(default)]
     model: Option<String>,
     prompt: Prompt,
-    #[serde(default)]
-    max_tokens: Option<usize>,
-    #[serde(default)]
-    temperature: Option<f64>,
-    #[serde(default)]
-    top_p: Option<f64>,
-    #[serde(default)]
-    top_k: Option<i64>,
-    #[serde(default)]
-    repetition_penalty: Option<f64>,
-    #[serde(default)]
-    stop: Option<Stop>,
-    #[serde(default)]
-    seed: Option<u64>,
+    #[serde(flatten)]
+    sampling: Sampling,
     /// `true` or a count (OpenAI's legacy form): the sampled tokens' log-probs are returned either
     /// way; alternatives are not.
     #[serde(default)]
@@ -138,23 +161,9 @@ async fn completions(State(state): State<ChatState>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request body: {e}")),
     };
-    if let Some(t) = request.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
-        return error(StatusCode::BAD_REQUEST, format!("temperature {t} is outside [0, 2]"));
-    }
-    let defaults = GenerateOptions::default();
-    let options = GenerateOptions {
-        max_tokens: request.max_tokens.unwrap_or(16).clamp(1, 8192),
-        temperature: request.temperature.unwrap_or(1.0),
-        top_p: request.top_p.unwrap_or(1.0).clamp(f64::MIN_POSITIVE, 1.0),
-        // vLLM's "no top-k" is -1.
-        top_k: request.top_k.filter(|&k| k > 0).map_or(0, |k| k as usize),
-        repetition_penalty: request.repetition_penalty.unwrap_or(1.0),
-        stop: match request.stop {
-            None => Vec::new(),
-            Some(Stop::One(s)) => vec![s],
-            Some(Stop::Many(v)) => v,
-        },
-        seed: request.seed.unwrap_or(defaults.seed),
+    let options = match request.sampling.options(16) {
+        Ok(o) => o,
+        Err(response) => return response,
     };
     let want_logprobs = matches!(request.logprobs, Some(Value::Bool(true) | Value::Number(_)));
     let model = request.model.unwrap_or(state.model.clone());
@@ -274,21 +283,9 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
     if request.messages.is_empty() {
         return error(StatusCode::BAD_REQUEST, "messages is empty".into());
     }
-    if let Some(t) = request.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
-        return error(StatusCode::BAD_REQUEST, format!("temperature {t} is outside [0, 2]"));
-    }
-    let defaults = GenerateOptions::default();
-    let options = GenerateOptions {
-        max_tokens: request.max_tokens.unwrap_or(256).clamp(1, 8192),
-        temperature: request.temperature.unwrap_or(1.0),
-        top_p: request.top_p.unwrap_or(1.0).clamp(f64::MIN_POSITIVE, 1.0),
-        stop: match request.stop {
-            None => Vec::new(),
-            Some(Stop::One(s)) => vec![s],
-            Some(Stop::Many(v)) => v,
-        },
-        seed: request.seed.unwrap_or(defaults.seed),
-        ..defaults
+    let options = match request.sampling.options(256) {
+        Ok(o) => o,
+        Err(response) => return response,
     };
     let model = request.model.unwrap_or(state.model.clone());
     let id = format!("chatcmpl-{}", now());

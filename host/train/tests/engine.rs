@@ -140,3 +140,50 @@ fn an_rl_run_samples_on_the_engine_and_pushes_every_update() {
         assert!(diff == 0.0, "{name} differs by {diff}");
     }
 }
+
+#[test]
+fn the_engine_refuses_bad_requests_and_keeps_serving() {
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let (url, served) = engine(&runtime, 7);
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: &str| -> (u16, Value) {
+        runtime.block_on(async {
+            let response = client
+                .post(format!("{url}{path}"))
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .expect("send");
+            let status = response.status().as_u16();
+            (status, response.json().await.unwrap_or(Value::Null))
+        })
+    };
+    let vocab = served.lock().expect("served").config().common().vocab_size;
+    for (body, why) in [
+        ("{not json", "invalid request body"),
+        (&format!(r#"{{"prompt": [1, {vocab}]}}"#) as &str, "token ids"),
+        (r#"{"prompt": []}"#, "token ids"),
+        (r#"{"prompt": [1, 2], "temperature": 7}"#, "temperature"),
+    ] {
+        let (status, reply) = post("/completions", body);
+        assert_eq!(status, 400, "{body}: {reply}");
+        assert!(reply["error"]["message"].as_str().is_some_and(|m| m.contains(why)), "{body}: {reply}");
+    }
+    let root = url.trim_end_matches("/v1");
+    let missing = runtime.block_on(
+        client
+            .post(format!("{root}/update_weights_from_disk"))
+            .json(&serde_json::json!({"model_path": "/nonexistent/checkpoint"}))
+            .send(),
+    );
+    assert_eq!(missing.expect("send").status().as_u16(), 400);
+    // Still serving, token ids and log-probs, naming the step that answered.
+    let (status, reply) =
+        post("/completions", r#"{"prompt": [1, 2, 3], "max_tokens": 4, "return_token_ids": true, "logprobs": true}"#);
+    assert_eq!(status, 200, "{reply}");
+    let ids = reply["choices"][0]["token_ids"].as_array().expect("token ids").len();
+    let logprobs = reply["choices"][0]["logprobs"]["token_logprobs"].as_array().expect("log-probs").len();
+    assert!(ids >= 1 && ids == logprobs, "{reply}");
+    assert_eq!(reply["toolsmith"]["step"], Value::from(0), "{reply}");
+}

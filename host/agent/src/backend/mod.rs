@@ -166,6 +166,28 @@ impl Completion {
 }
 
 impl GenerateOptions {
+    /// An OpenAI-style request body for `model` with these options' sampling fields (top-k,
+    /// repetition penalty and stop only when set) and at most `max_tokens` new tokens.
+    pub fn request_body(&self, model: &str, max_tokens: usize) -> serde_json::Value {
+        let mut body = serde_json::json!({
+            "model": model,
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+        });
+        if self.top_k > 0 {
+            body["top_k"] = serde_json::json!(self.top_k);
+        }
+        if self.repetition_penalty != 1.0 {
+            body["repetition_penalty"] = serde_json::json!(self.repetition_penalty);
+        }
+        if !self.stop.is_empty() {
+            body["stop"] = serde_json::json!(self.stop);
+        }
+        body
+    }
+
     /// The sampler's settings for these options, with at most `max_new_tokens` new tokens (the
     /// room the context leaves).
     pub fn sampling(&self, max_new_tokens: usize) -> toolsmith_policy::SamplingParams {

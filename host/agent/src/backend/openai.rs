@@ -22,17 +22,8 @@ impl OpenAiBackend {
     }
 
     fn request_body(&self, messages: &[Message], options: &GenerateOptions) -> Value {
-        let mut body = json!({
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": options.max_tokens,
-            "temperature": options.temperature,
-            "top_p": options.top_p,
-            "seed": options.seed,
-        });
-        if !options.stop.is_empty() {
-            body["stop"] = json!(options.stop);
-        }
+        let mut body = options.request_body(&self.model, options.max_tokens);
+        body["messages"] = json!(messages);
         body
     }
 }

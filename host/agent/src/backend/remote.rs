@@ -87,26 +87,11 @@ impl CompletionsBackend {
     }
 
     fn request_body(&self, prompt: &[i64], options: &GenerateOptions, max_tokens: usize) -> Value {
-        let mut body = json!({
-            "model": self.model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "stop_token_ids": self.tokenizer.eos_ids(),
-            "temperature": options.temperature,
-            "top_p": options.top_p,
-            "seed": options.seed,
-            "logprobs": 1,
-            "return_token_ids": true,
-        });
-        if options.top_k > 0 {
-            body["top_k"] = json!(options.top_k);
-        }
-        if options.repetition_penalty != 1.0 {
-            body["repetition_penalty"] = json!(options.repetition_penalty);
-        }
-        if !options.stop.is_empty() {
-            body["stop"] = json!(options.stop);
-        }
+        let mut body = options.request_body(&self.model, max_tokens);
+        body["prompt"] = json!(prompt);
+        body["stop_token_ids"] = json!(self.tokenizer.eos_ids());
+        body["logprobs"] = json!(1);
+        body["return_token_ids"] = json!(true);
         body
     }
 }
