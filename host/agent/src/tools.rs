@@ -240,19 +240,9 @@ impl Executor for LocalTools {
                 return ToolResult::of(out);
             }
             let installed = self.installed.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned();
-            if let (Some(tool), Some(toolbox)) = (installed, &self.toolbox) {
-                let (toolbox, args, limits) = (toolbox.clone(), args.clone(), self.limits);
-                let joined = tokio::task::spawn_blocking(move || {
-                    ToolResult::of(toolbox.call_tool(&tool, &args, limits).map(|o| o.value))
-                })
-                .await;
-                return joined.unwrap_or_else(|e| {
-                    ToolResult::of(Err(StructuredError::new(ErrorKind::Trap, name, e.to_string())))
-                });
-            }
-            let is_create = name == CREATE_TOOL && self.has_python();
+            let is_create = installed.is_none() && name == CREATE_TOOL && self.has_python();
             let toolbox = match &self.toolbox {
-                Some(t) if is_create || t.get(name).is_some() => t.clone(),
+                Some(t) if installed.is_some() || is_create || t.get(name).is_some() => t.clone(),
                 // Names for "did you mean" are gathered only on a miss, not for every call.
                 _ => {
                     let known: Vec<String> = self.manifests().iter().map(|m| m.name.as_str().to_string()).collect();
@@ -263,6 +253,9 @@ impl Executor for LocalTools {
             let args_owned = args.clone();
             let limits = self.limits;
             let joined = tokio::task::spawn_blocking(move || {
+                if let Some(tool) = installed {
+                    return ToolResult::of(toolbox.call_tool(&tool, &args_owned, limits).map(|o| o.value));
+                }
                 if is_create {
                     return create(&toolbox, &args_owned);
                 }

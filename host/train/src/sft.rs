@@ -425,19 +425,24 @@ impl SftTrainer {
         // Per-token loss weights: the first assistant turn's tokens count `first_turn_weight`
         // times (the objective is the weighted mean; the reported loss stays the plain mean).
         let first = self.config.first_turn_weight;
-        let weights: Vec<Vec<f32>> = batch
-            .iter()
-            .map(|&i| {
-                let s = &self.data[i];
-                let mut w = vec![1.0_f32; s.tokens.ids.len()];
-                if let Some(turn) = s.turns.first() {
-                    for slot in &mut w[turn.clone()] {
-                        *slot = first as f32;
+        // Built only when the first turn is weighted; the plain mean needs none.
+        let weights: Vec<Vec<f32>> = if first == 1.0 {
+            Vec::new()
+        } else {
+            batch
+                .iter()
+                .map(|&i| {
+                    let s = &self.data[i];
+                    let mut w = vec![1.0_f32; s.tokens.ids.len()];
+                    if let Some(turn) = s.turns.first() {
+                        for slot in &mut w[turn.clone()] {
+                            *slot = first as f32;
+                        }
                     }
-                }
-                w
-            })
-            .collect();
+                    w
+                })
+                .collect()
+        };
         let weighted: f64 = sequences
             .iter()
             .zip(&weights)

@@ -2,6 +2,8 @@
 //! serve`'s completions endpoint over a real policy) samples the episodes, the trainer pushes its
 //! weights to it and scores exactly the ids the engine returned.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -10,7 +12,7 @@ use toolsmith_agent::env::{Corpus, World, WorldConfig};
 use toolsmith_agent::serve::chat_router;
 use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_agent::{Agent, AgentConfig, Mode, Trajectory};
-use toolsmith_policy::tch::{self, Kind};
+use toolsmith_policy::tch;
 use toolsmith_policy::{LoadOptions, Policy};
 use toolsmith_train::metrics::{Record, read};
 use toolsmith_train::rl::config::EngineConfig;
@@ -33,14 +35,9 @@ fn max_scoring_difference(policy: &Policy, episodes: &[Trajectory]) -> (usize, f
     let (mut scored, mut max_diff) = (0, 0.0_f64);
     for trajectory in episodes {
         for seq in episode_sequences(&builder, trajectory).expect("sequences") {
-            let scores = tch::no_grad(|| policy.score(std::slice::from_ref(&seq.tokens), false)).expect("scores");
-            let logprobs = Vec::<f64>::try_from(scores.logprobs.get(0).to_kind(Kind::Double)).expect("logprobs");
-            for (i, &m) in seq.tokens.loss_mask.iter().enumerate() {
-                if m {
-                    scored += 1;
-                    max_diff = max_diff.max((logprobs[i] - seq.behaviour[i]).abs());
-                }
-            }
+            let (n, diff) = common::rescore(policy, &seq);
+            scored += n;
+            max_diff = max_diff.max(diff);
         }
     }
     (scored, max_diff)

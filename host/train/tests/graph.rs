@@ -66,13 +66,13 @@ fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_chec
     assert!(!plain.calls().any(|c| c.name == CREATE_TOOL));
     let searches = |e: &[Trajectory]| e.iter().flat_map(|e| e.calls()).filter(|c| c.name == "search").count();
     let mixed = [episodes[0].clone(), plain];
-    let update = graph.learn(1, &[("t", mixed.as_slice(), &[0.4, 1.0])], true, executor.as_ref()).expect("learn");
+    let update = graph.learn(1, &[("t", mixed.as_slice(), &[0.4, 1.0])], true, &[executor.as_ref()]).expect("learn");
     assert_eq!((update.candidates, update.admitted), (0, 0), "{update:?}");
     // Nor does a group where every rollout failed add anything.
-    let update = graph.learn(1, &[("t", episodes.as_slice(), &[0.0, 0.0])], true, executor.as_ref()).expect("learn");
+    let update = graph.learn(1, &[("t", episodes.as_slice(), &[0.0, 0.0])], true, &[executor.as_ref()]).expect("learn");
     assert_eq!((update.candidates, update.admitted), (0, 0), "{update:?}");
     let update = graph
-        .learn(1, &[(task.id.as_str(), episodes.as_slice(), &[1.0, 1.0])], true, executor.as_ref())
+        .learn(1, &[(task.id.as_str(), episodes.as_slice(), &[1.0, 1.0])], true, &[executor.as_ref()])
         .expect("learn");
     assert_eq!((update.candidates, update.admitted, update.merged), (2, 1, 0), "{update:?}");
     assert_eq!(graph.admitted_names().expect("names"), vec![compute.name.clone()]);
@@ -96,14 +96,14 @@ fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_chec
     let checkpoint = dir.path().join("step-1");
     std::fs::create_dir_all(&checkpoint).expect("mkdir");
     graph.snapshot(&checkpoint).expect("snapshot");
-    graph.learn(2, &[(task.id.as_str(), episodes.as_slice(), &[1.0, 1.0])], true, executor.as_ref()).expect("learn");
+    graph.learn(2, &[(task.id.as_str(), episodes.as_slice(), &[1.0, 1.0])], true, &[executor.as_ref()]).expect("learn");
     drop(graph);
 
     // Resume in a fresh process: new executors that know nothing of the tool.
     let fresh = tools(corpus);
     assert!(!names(&fresh).contains(&compute.name));
     let restored = TrainingGraph::restore(&path, &checkpoint).expect("restore");
-    assert_eq!(restored.install_all(&fresh).expect("install"), 1);
+    assert_eq!(restored.install_all(&[&fresh]).expect("install"), 1);
     assert!(names(&fresh).contains(&compute.name));
     let sum = runtime.block_on(fresh.call(&compute.name, &json!({"values": [1, 1]})));
     assert_eq!(sum.value.as_ref().ok(), Some(&json!({"result": 2})), "{:?}", sum.value);

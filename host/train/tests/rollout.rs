@@ -1,13 +1,15 @@
 //! Token-in, token-out episodes: the trainer scores exactly the ids the policy sampled, in the
 //! contexts it sampled them in, and gets back the behaviour log-probs.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use toolsmith_agent::backend::{GenerateOptions, LocalBackend, local::prompt_ids};
 use toolsmith_agent::env::{Corpus, World, WorldConfig};
 use toolsmith_agent::tools::LocalTools;
 use toolsmith_agent::{Agent, AgentConfig, Mode, Trajectory};
-use toolsmith_policy::tch::{self, Kind};
+use toolsmith_policy::tch;
 use toolsmith_policy::{LoadOptions, Policy};
 use toolsmith_train::rl::episode::episode_sequences;
 use toolsmith_train::sequence::SequenceBuilder;
@@ -65,14 +67,9 @@ fn the_trainer_recomputes_the_behaviour_log_probs_of_sampled_episodes() {
                     let text_ids = policy.tokenizer().encode(&step.text).expect("encodes");
                     retokenized_differ += usize::from(text_ids != tokens.content_ids());
                 }
-                let scores = tch::no_grad(|| policy.score(std::slice::from_ref(&seq.tokens), false)).expect("scores");
-                let logprobs = Vec::<f64>::try_from(scores.logprobs.get(0).to_kind(Kind::Double)).expect("logprobs");
-                for (i, &m) in seq.tokens.loss_mask.iter().enumerate() {
-                    if m {
-                        scored += 1;
-                        max_diff = max_diff.max((logprobs[i] - seq.behaviour[i]).abs());
-                    }
-                }
+                let (n, diff) = common::rescore(&policy, seq);
+                scored += n;
+                max_diff = max_diff.max(diff);
             }
         }
     }

@@ -22,6 +22,8 @@ pub struct CompletionsBackend {
     model: String,
     api_key: Option<String>,
     tokenizer: Arc<Tokenizer>,
+    /// Compiled once: every turn renders its prompt with it.
+    template: Arc<ChatTemplate>,
     end_of_turn: Option<i64>,
     /// The served model's context, when known: a turn's budget is cut to what the prompt leaves
     /// (engines refuse a request whose prompt plus `max_tokens` exceeds it).
@@ -41,13 +43,15 @@ impl CompletionsBackend {
         api_key: Option<String>,
         tokenizer: Tokenizer,
     ) -> Result<Self, BackendError> {
-        let end_of_turn = ChatTemplate::of(&tokenizer)?.end_of_turn(&tokenizer)?;
+        let template = ChatTemplate::of(&tokenizer)?;
+        let end_of_turn = template.end_of_turn(&tokenizer)?;
         Ok(CompletionsBackend {
             client: reqwest::Client::new(),
             base_url: base_url.into().trim_end_matches('/').to_string(),
             model: model.into(),
             api_key,
             tokenizer: Arc::new(tokenizer),
+            template: Arc::new(template),
             end_of_turn,
             context: None,
         })
@@ -107,7 +111,7 @@ impl Backend for CompletionsBackend {
         options: &'a GenerateOptions,
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
         Box::pin(async move {
-            let prompt = ChatTemplate::of(&self.tokenizer)?.encode(&self.tokenizer, messages, true)?.ids;
+            let prompt = self.template.encode(&self.tokenizer, messages, true)?.ids;
             let max_tokens = match self.context {
                 Some(context) if prompt.len() >= context => {
                     return Err(BackendError::ContextFull { prompt: prompt.len(), context });

@@ -132,28 +132,41 @@ impl TrainingGraph {
         Arc::new(RegistryRetriever::new(self.registry.clone()))
     }
 
-    /// Installs every tool the graph admitted (Python tools, with their code) into `executor`;
-    /// returns how many. Called on resume, when the executors start empty of them.
-    pub fn install_all(&self, executor: &dyn Executor) -> Result<usize, TrainError> {
-        let registry = self.lock();
-        let tools = registry.list(SortBy::Name).map_err(|e| registry_error(&self.path, e))?;
-        let mut installed = 0;
-        for t in tools.iter().filter(|t| t.manifest.kind == ToolKind::Python) {
-            let blob = match &t.blob_hash {
-                Some(h) => registry.blob(h).map_err(|e| registry_error(&self.path, e))?,
-                None => None,
+    /// Installs every tool the graph admitted (Python tools, with their code) into each of
+    /// `executors`; returns how many tools. Called on resume, when the executors start empty of
+    /// them.
+    pub fn install_all(&self, executors: &[&dyn Executor]) -> Result<usize, TrainError> {
+        let names = self.admitted_names()?;
+        self.install(&names, executors)?;
+        Ok(names.len())
+    }
+
+    /// Installs the tools called `names`, as the registry stores them, into each of `executors`.
+    /// A tool that cannot be installed is a warning: the run goes on without it.
+    fn install(&self, names: &[String], executors: &[&dyn Executor]) -> Result<(), TrainError> {
+        let err = |e| registry_error(&self.path, e);
+        for name in names {
+            let (manifest, blob) = {
+                let registry = self.lock();
+                let record = registry.get(name).map_err(err)?;
+                let blob = match &record.blob_hash {
+                    Some(h) => registry.blob(h).map_err(err)?,
+                    None => None,
+                };
+                (record.manifest, blob)
             };
-            match executor.install(&t.manifest, blob.as_deref()) {
-                Ok(()) => installed += 1,
-                Err(e) => tracing::warn!(tool = %t.name, "an admitted tool cannot be installed: {}", e.message),
+            for executor in executors {
+                if let Err(e) = executor.install(&manifest, blob.as_deref()) {
+                    tracing::warn!(tool = %name, "an admitted tool cannot be installed: {}", e.message);
+                }
             }
         }
-        Ok(installed)
+        Ok(())
     }
 
     /// Learns from an iteration's groups, each `(task key, episodes, rewards)`: candidates, the
     /// best-reward admission, plan edges and call statistics. Newly admitted tools are installed
-    /// into `executor`.
+    /// into each of `executors`.
     ///
     /// Only rollouts that reach their group's highest reward (above 0) are candidates: the
     /// registry's admission picks the best *candidate*, so a lower-reward rollout's tools would
@@ -164,7 +177,7 @@ impl TrainingGraph {
         iteration: u64,
         groups: &[(&str, &[Trajectory], &[f64])],
         admit: bool,
-        executor: &dyn Executor,
+        executors: &[&dyn Executor],
     ) -> Result<GraphUpdate, TrainError> {
         let err = |e| registry_error(&self.path, e);
         let iteration = iteration as i64;
@@ -211,20 +224,7 @@ impl TrainingGraph {
             }
             update.tools = registry.len().map_err(err)?;
         }
-        for name in fresh {
-            let (manifest, blob) = {
-                let registry = self.lock();
-                let record = registry.get(&name).map_err(err)?;
-                let blob = match &record.blob_hash {
-                    Some(h) => registry.blob(h).map_err(err)?,
-                    None => None,
-                };
-                (record.manifest, blob)
-            };
-            if let Err(e) = executor.install(&manifest, blob.as_deref()) {
-                tracing::warn!(tool = %name, "an admitted tool cannot be installed: {}", e.message);
-            }
-        }
+        self.install(&fresh, executors)?;
         Ok(update)
     }
 

@@ -191,9 +191,8 @@ impl RlTrainer {
             (None, _) => None,
             (Some(_), Some((_, dir))) => {
                 let graph = TrainingGraph::restore(&run.root().join(REGISTRY_FILE), dir)?;
-                for w in &worlds {
-                    graph.install_all(w.tools.as_ref())?;
-                }
+                let executors: Vec<&dyn Executor> = worlds.iter().map(|w| w.tools.as_ref()).collect();
+                graph.install_all(&executors)?;
                 Some(graph)
             }
             (Some(_), None) => {
@@ -489,20 +488,8 @@ impl RlTrainer {
                     .collect();
                 let views: Vec<(&str, &[Trajectory], &[f64])> =
                     groups.iter().map(|(k, r, g)| (k.as_str(), g.episodes.as_slice(), r.as_slice())).collect();
-                let executor = self.worlds.first().map(|w| w.tools.clone());
-                match executor {
-                    Some(executor) => {
-                        let update = graph.learn(self.state.step + 1, &views, settings.admit, executor.as_ref())?;
-                        // Executors of other worlds may not share the first one's toolbox.
-                        if update.admitted > 0 {
-                            for w in self.worlds.iter().skip(1) {
-                                graph.install_all(w.tools.as_ref())?;
-                            }
-                        }
-                        update
-                    }
-                    None => Default::default(),
-                }
+                let executors: Vec<&dyn Executor> = self.worlds.iter().map(|w| w.tools.as_ref()).collect();
+                graph.learn(self.state.step + 1, &views, settings.admit, &executors)?
             }
             _ => Default::default(),
         };
