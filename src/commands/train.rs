@@ -42,26 +42,89 @@ pub enum TrainCommand {
     },
 }
 
+/// The flags both trainers take (their configs' fields of the same names).
 #[derive(Debug, Args)]
-pub struct RlArgs {
+pub struct RunArgs {
     /// The run directory: config, metrics, checkpoints, and the final policy in RUN/final.
     #[arg(long)]
     pub out: PathBuf,
-    /// A config file (TOML or JSON; schema: `toolsmith train schema rl`). Flags override it.
+    /// A config file (TOML or JSON; schema: `toolsmith train schema sft|rl`). Flags override it.
     #[arg(long, conflicts_with = "preset")]
     pub config: Option<PathBuf>,
-    /// A preset: tiny-world (the SFT preset's training worlds, held-out world 1000).
+    /// A preset: tiny-world (the tiny policy on 24 small training worlds, held-out world 1000).
     #[arg(long)]
     pub preset: Option<String>,
+    /// The starting model: `tiny` (fresh) or a checkpoint directory (e.g. an SFT run's RUN/final).
+    #[arg(long)]
+    pub init: Option<String>,
+    /// Seeds of the generated training worlds (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub train_worlds: Vec<u64>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Seed of the run: the tiny model's weights, the data order, task draws and sampling.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// auto, cpu, cuda or cuda:N.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// CPU threads for libtorch (0: its default).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Held-out evaluation every N steps (RL: iterations), besides before and after.
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Tasks per family of the held-out world.
+    #[arg(long)]
+    pub eval_tasks: Option<usize>,
+    /// No held-out evaluation.
+    #[arg(long)]
+    pub no_eval: bool,
+    /// A checkpoint every N steps (RL: iterations).
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+/// Applies the [`RunArgs`] flags given to a config (SFT's or RL's: the fields share names).
+macro_rules! apply_run_flags {
+    ($config:ident, $run:expr) => {{
+        let run: &RunArgs = $run;
+        if let Some(v) = run.init.clone() {
+            $config.init = v;
+        }
+        if let Some(v) = run.lr {
+            $config.lr = v;
+        }
+        if let Some(v) = run.seed {
+            $config.seed = v;
+        }
+        if let Some(v) = run.device.clone() {
+            $config.device = v;
+        }
+        if let Some(v) = run.threads {
+            $config.threads = v;
+        }
+        if let Some(v) = run.eval_every {
+            $config.eval_every = v;
+        }
+        if let Some(v) = run.checkpoint_every {
+            $config.checkpoint_every = v;
+        }
+        held_out(&mut $config.eval, run.no_eval, run.eval_tasks);
+    }};
+}
+
+#[derive(Debug, Args)]
+pub struct RlArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
     /// gap, searl, mempo or mtr (each starts from its paper's settings).
     #[arg(long)]
     pub method: Option<String>,
-    /// The starting checkpoint (e.g. an SFT run's RUN/final), or `tiny`.
-    #[arg(long)]
-    pub init: Option<String>,
-    /// Seeds of the training worlds (comma-separated).
-    #[arg(long, value_delimiter = ',')]
-    pub train_worlds: Vec<u64>,
     /// Iterations.
     #[arg(long)]
     pub iterations: Option<u64>,
@@ -77,30 +140,6 @@ pub struct RlArgs {
     /// Tokens per turn at most.
     #[arg(long)]
     pub max_tokens: Option<usize>,
-    /// Peak learning rate.
-    #[arg(long)]
-    pub lr: Option<f64>,
-    /// Seed of the task draws and the sampler.
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// auto, cpu, cuda or cuda:N.
-    #[arg(long)]
-    pub device: Option<String>,
-    /// CPU threads for libtorch (0: its default).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Held-out evaluation every N iterations (besides before and after).
-    #[arg(long)]
-    pub eval_every: Option<u64>,
-    /// Tasks per family of the held-out world.
-    #[arg(long)]
-    pub eval_tasks: Option<usize>,
-    /// No held-out evaluation.
-    #[arg(long)]
-    pub no_eval: bool,
-    /// A checkpoint every N iterations.
-    #[arg(long)]
-    pub checkpoint_every: Option<u64>,
     /// List every tool of the world instead of retrieving from the run's growing tool graph
     /// (on by default for SEARL).
     #[arg(long)]
@@ -117,40 +156,21 @@ pub struct RlArgs {
     /// `/update_weights_from_disk`, such as vLLM, reloaded some other way).
     #[arg(long, requires = "engine")]
     pub no_push_weights: bool,
-    /// Continue the run in --out from its last checkpoint.
-    #[arg(long)]
-    pub resume: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct SftArgs {
-    /// The run directory: config, metrics, checkpoints, and the final policy in RUN/final.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// A config file (TOML or JSON; schema: `toolsmith train schema`). Flags override it.
-    #[arg(long, conflicts_with = "preset")]
-    pub config: Option<PathBuf>,
-    /// A preset: tiny-world (the tiny policy on four training worlds, held-out world 1000).
-    #[arg(long)]
-    pub preset: Option<String>,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// JSON-lines chat files (repeatable) [default: oracle traces of generated worlds].
     #[arg(long = "data")]
     pub data: Vec<PathBuf>,
-    /// Seeds of the generated training worlds (comma-separated) when no --data is given.
-    #[arg(long, value_delimiter = ',')]
-    pub train_worlds: Vec<u64>,
-    /// `tiny` or a checkpoint directory.
-    #[arg(long)]
-    pub init: Option<String>,
     /// Passes over the data.
     #[arg(long)]
     pub epochs: Option<f64>,
     /// Optimiser steps (overrides --epochs).
     #[arg(long)]
     pub steps: Option<u64>,
-    /// Peak learning rate.
-    #[arg(long)]
-    pub lr: Option<f64>,
     /// Tokens per optimiser step.
     #[arg(long)]
     pub batch_tokens: Option<usize>,
@@ -160,30 +180,6 @@ pub struct SftArgs {
     /// Loss weight of each conversation's first assistant turn (1: the plain token mean).
     #[arg(long)]
     pub first_turn_weight: Option<f64>,
-    /// Seed of the weights (tiny) and the data order.
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// auto, cpu, cuda or cuda:N.
-    #[arg(long)]
-    pub device: Option<String>,
-    /// CPU threads for libtorch (0: its default).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Held-out evaluation every N steps (besides before and after).
-    #[arg(long)]
-    pub eval_every: Option<u64>,
-    /// Tasks per family of the held-out world.
-    #[arg(long)]
-    pub eval_tasks: Option<usize>,
-    /// No held-out evaluation.
-    #[arg(long)]
-    pub no_eval: bool,
-    /// A checkpoint every N steps.
-    #[arg(long)]
-    pub checkpoint_every: Option<u64>,
-    /// Continue the run in --out from its last checkpoint.
-    #[arg(long)]
-    pub resume: bool,
 }
 
 pub fn run(env: &Env, cmd: TrainCommand) -> Result<ExitCode> {
@@ -204,32 +200,30 @@ pub fn run(env: &Env, cmd: TrainCommand) -> Result<ExitCode> {
 
 /// Settings: the saved run's (when resuming), a preset or a file, then the flags on top.
 fn resolve(args: &SftArgs) -> Result<SftConfig> {
-    let saved = args.out.join("config.json");
-    let mut config = match (&args.preset, &args.config) {
+    let saved = args.run.out.join("config.json");
+    let mut config = match (&args.run.preset, &args.run.config) {
         (Some(p), _) => SftConfig::preset(p)?,
         (None, Some(file)) => SftConfig::from_file(file)?,
-        (None, None) if args.resume && saved.exists() => SftConfig::from_file(&saved)?,
+        (None, None) if args.run.resume && saved.exists() => SftConfig::from_file(&saved)?,
         (None, None) => SftConfig::default(),
     };
     if !args.data.is_empty() {
         config.data.files = args.data.clone();
     }
-    if !args.train_worlds.is_empty() {
-        config.data.worlds.seeds = args.train_worlds.clone();
+    if !args.run.train_worlds.is_empty() {
+        config.data.worlds.seeds = args.run.train_worlds.clone();
     }
     macro_rules! set {
         ($($flag:ident => $field:ident),*) => {$(if let Some(v) = args.$flag.clone() { config.$field = v; })*};
     }
-    set!(init => init, epochs => epochs, lr => lr, batch_tokens => batch_tokens,
-         micro_batch_tokens => micro_batch_tokens, seed => seed, device => device, threads => threads,
-         eval_every => eval_every, checkpoint_every => checkpoint_every,
+    set!(epochs => epochs, batch_tokens => batch_tokens, micro_batch_tokens => micro_batch_tokens,
          first_turn_weight => first_turn_weight);
+    apply_run_flags!(config, &args.run);
     if let Some(steps) = args.steps {
         config.steps = Some(steps);
     } else if args.epochs.is_some() {
         config.steps = None;
     }
-    held_out(&mut config.eval, args.no_eval, args.eval_tasks);
     config.validate()?;
     Ok(config)
 }
@@ -239,9 +233,9 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
     let toolbox: OnceLock<Option<Toolbox>> = OnceLock::new();
     let tools_for = tools_for(env, &toolbox);
     let spinner = super::tools::spinner("preparing the policy and the data");
-    let trainer = sft::prepare(config, &args.out, args.resume, &tools_for);
+    let trainer = sft::prepare(config, &args.run.out, args.run.resume, &tools_for);
     spinner.finish_and_clear();
-    let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.out.display()))?;
+    let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.run.out.display()))?;
     let bar = progress_bar("step");
     // Lines above the bar, or plain lines when there is no terminal (the bar is hidden).
     let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
@@ -274,7 +268,7 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
     stop_on_ctrl_c(trainer.cancel_flag());
     let result = trainer.run(&mut on_event);
     bar.finish_and_clear();
-    finish(result, || format!("step {}", trainer.state().step), &args.out)
+    finish(result, || format!("step {}", trainer.state().step), &args.run.out)
 }
 
 /// The held-out flags over a config's evaluation settings.
@@ -342,15 +336,15 @@ fn tools_for<'a>(
 
 /// RL settings: the saved run's (when resuming), a preset or a file, then the flags on top.
 fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
-    let saved = args.out.join("config.json");
+    let saved = args.run.out.join("config.json");
     let method = match &args.method {
         Some(m) => Some(Method::parse(m).with_context(|| format!("unknown method {m:?}: gap, searl, mempo or mtr"))?),
         None => None,
     };
-    let mut config = match (&args.preset, &args.config) {
+    let mut config = match (&args.run.preset, &args.run.config) {
         (Some(p), _) => RlConfig::preset(p, method.unwrap_or(Method::Gap))?,
         (None, Some(file)) => RlConfig::from_file(file)?,
-        (None, None) if args.resume && saved.exists() => RlConfig::from_file(&saved)?,
+        (None, None) if args.run.resume && saved.exists() => RlConfig::from_file(&saved)?,
         (None, None) => RlConfig::for_method(method.unwrap_or(Method::Gap)),
     };
     if let Some(m) = method
@@ -361,17 +355,15 @@ fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
             args.method.as_deref().unwrap_or_default()
         );
     }
-    if !args.train_worlds.is_empty() {
-        config.worlds.seeds = args.train_worlds.clone();
+    if !args.run.train_worlds.is_empty() {
+        config.worlds.seeds = args.run.train_worlds.clone();
     }
     macro_rules! set {
         ($($flag:ident => $field:ident),*) => {$(if let Some(v) = args.$flag.clone() { config.$field = v; })*};
     }
-    set!(init => init, iterations => iterations, group_size => group_size,
-         tasks_per_iteration => tasks_per_iteration, max_turns => max_turns, max_tokens => max_tokens,
-         lr => lr, seed => seed, device => device, threads => threads, eval_every => eval_every,
-         checkpoint_every => checkpoint_every);
-    held_out(&mut config.eval, args.no_eval, args.eval_tasks);
+    set!(iterations => iterations, group_size => group_size, tasks_per_iteration => tasks_per_iteration,
+         max_turns => max_turns, max_tokens => max_tokens);
+    apply_run_flags!(config, &args.run);
     if args.no_graph {
         config.graph = None;
     }
@@ -394,9 +386,9 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
     let toolbox: OnceLock<Option<Toolbox>> = OnceLock::new();
     let tools_for = tools_for(env, &toolbox);
     let spinner = super::tools::spinner("preparing the policy and the training worlds");
-    let trainer = RlTrainer::prepare(config, &args.out, args.resume, &tools_for);
+    let trainer = RlTrainer::prepare(config, &args.run.out, args.run.resume, &tools_for);
     spinner.finish_and_clear();
-    let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.out.display()))?;
+    let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.run.out.display()))?;
     let bar = progress_bar("iteration");
     let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
     let mut on_event = |event: RlEvent<'_>| match event {
@@ -432,7 +424,7 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
     stop_on_ctrl_c(trainer.cancel_flag());
     let result = trainer.run(&mut on_event);
     bar.finish_and_clear();
-    finish(result, || format!("iteration {}", trainer.state().step), &args.out)
+    finish(result, || format!("iteration {}", trainer.state().step), &args.run.out)
 }
 
 /// The first Ctrl-C stops training after the current step, with a checkpoint; a second one
