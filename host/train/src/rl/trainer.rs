@@ -91,7 +91,7 @@ pub struct RlTrainer {
     config: RlConfig,
     run: RunDir,
     policy: Arc<Mutex<Policy>>,
-    reference: Option<Policy>,
+    reference: Option<Arc<Mutex<Policy>>>,
     optimizer: AdamW,
     state: TrainerState,
     schedule: Schedule,
@@ -151,20 +151,25 @@ impl RlTrainer {
             Policy::load(Path::new(&config.init), options)?
         };
         // The KL anchor is the starting policy, frozen, whatever iteration a run resumes at.
-        let reference = if config.loss.kl_coef > 0.0 { Some(initial.reference()?) } else { None };
-        // MTR's ToolActor is the starting policy too, frozen: what the tools say does not drift
-        // with the policy being trained.
-        let actor = match &config.simulate {
-            Some(s) => {
+        // MTR's ToolActor is the starting policy too (what the tools say does not drift with the
+        // policy being trained): one frozen copy serves both.
+        let frozen = if config.loss.kl_coef > 0.0 || config.simulate.is_some() {
+            Some(Arc::new(Mutex::new(initial.reference()?)))
+        } else {
+            None
+        };
+        let reference = frozen.clone().filter(|_| config.loss.kl_coef > 0.0);
+        let actor = match (&config.simulate, &frozen) {
+            (Some(s), Some(frozen)) => {
                 let params = SamplingParams {
                     max_new_tokens: s.max_tokens,
                     temperature: s.temperature,
                     seed: mix(&[config.seed, 0x5157]),
                     ..SamplingParams::default()
                 };
-                Some(ToolActor::new(Arc::new(Mutex::new(initial.reference()?)), params)?)
+                Some(ToolActor::new(frozen.clone(), params)?)
             }
-            None => None,
+            _ => None,
         };
         let resuming = run.should_resume(resume)?;
         let (policy, resumed) = if resuming {
@@ -586,6 +591,7 @@ impl RlTrainer {
             }
         }
         if let Some(reference) = &self.reference {
+            let reference = reference.lock().unwrap_or_else(|p| p.into_inner());
             let sequences: Vec<TokenSequence> = examples.iter().map(|e| e.sequence.tokens.clone()).collect();
             for range in micro_batches(&sequences, self.config.micro_batch_tokens) {
                 let scores = tch::no_grad(|| reference.score(&sequences[range.clone()], false))?;
