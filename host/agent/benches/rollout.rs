@@ -1,7 +1,9 @@
 //! Group rollouts: 8 episodes of one task with the tiny policy (sampled at temperature 1, real
 //! search over the bundled world), run one after another on the plain local backend and all at
-//! once on the batching backend, whose worker decodes concurrent turns as one batch. Prints
-//! generated tokens per second of each and the ratio. Medians of 3 rounds.
+//! once on the batching backend, whose worker decodes concurrent turns as one batch; both keep
+//! each episode's keys and values between its turns (prefix cache), and the batching backend
+//! runs once more without. Prints generated tokens per second of each and the ratios. Medians
+//! of 3 rounds.
 //!
 //!   cargo bench -p toolsmith-agent --bench rollout [-- --threads N --episodes N]
 
@@ -47,24 +49,38 @@ fn main() {
     };
     let sequential: Arc<dyn Backend> = Arc::new(LocalBackend::shared(policy.clone(), "tiny"));
     let batched: Arc<dyn Backend> = Arc::new(BatchedBackend::new(policy.clone(), "tiny", BatchConfig::default()));
+    let uncached: Arc<dyn Backend> = Arc::new(BatchedBackend::new(
+        policy.clone(),
+        "tiny",
+        BatchConfig { prefix_cache_bytes: 0, ..BatchConfig::default() },
+    ));
+    let together = |backend: &Arc<dyn Backend>, seed: u64| {
+        let started = Instant::now();
+        let episodes: Vec<Trajectory> = runtime.block_on(futures_util::future::join_all((0..n as u64).map(|i| {
+            let agent = agent(backend.clone(), seed + i);
+            let question = question.clone();
+            async move { agent.run(&question).await }
+        })));
+        generated(&episodes) as f64 / started.elapsed().as_secs_f64()
+    };
     println!("{n} episodes of one task, tiny policy, {threads} thread(s), up to 3 turns of 96 tokens");
-    let (mut one, mut all) = (Vec::new(), Vec::new());
+    let (mut one, mut all, mut no_cache) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..3_u64 {
         let seed = round * 1000;
         let started = Instant::now();
         let episodes: Vec<Trajectory> =
             (0..n as u64).map(|i| runtime.block_on(agent(sequential.clone(), seed + i).run(&question))).collect();
         let a = generated(&episodes) as f64 / started.elapsed().as_secs_f64();
-        let started = Instant::now();
-        let episodes: Vec<Trajectory> = runtime.block_on(futures_util::future::join_all((0..n as u64).map(|i| {
-            let agent = agent(batched.clone(), seed + i);
-            let question = question.clone();
-            async move { agent.run(&question).await }
-        })));
-        let b = generated(&episodes) as f64 / started.elapsed().as_secs_f64();
-        println!("round {}: one after another {a:.0} tokens/s, batched {b:.0} tokens/s, ratio {:.2}", round + 1, b / a);
+        let b = together(&batched, seed);
+        let c = together(&uncached, seed);
+        println!(
+            "round {}: one after another {a:.0} tokens/s, batched {b:.0} tokens/s (ratio {:.2}), batched without the prefix cache {c:.0} tokens/s",
+            round + 1,
+            b / a
+        );
         one.push(a);
         all.push(b);
+        no_cache.push(c);
     }
     // Decoding alone, without the agent loop: the first prompt of the task, 96 tokens, one
     // sequence against eight (the same prompt, eight seeds).
@@ -102,9 +118,9 @@ fn main() {
         prompt.len(),
         d8 / d1
     );
-    let (a, b) = (median(one), median(all));
+    let (a, b, c) = (median(one), median(all), median(no_cache));
     println!();
-    println!("| episodes | threads | one after another (tokens/s) | batched (tokens/s) | ratio |");
-    println!("|---:|---:|---:|---:|---:|");
-    println!("| {n} | {threads} | {a:.0} | {b:.0} | {:.2} |", b / a);
+    println!("| episodes | threads | one after another | batched | ratio | batched, no prefix cache |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("| {n} | {threads} | {a:.0} tokens/s | {b:.0} tokens/s | {:.2}x | {c:.0} tokens/s |", b / a);
 }

@@ -126,6 +126,14 @@ pub struct Policy {
     tokenizer_json: Vec<u8>,
     tokenizer_config: Option<Value>,
     state: PolicyState,
+    /// Changes whenever the weights may have changed (see [`Policy::weights_id`]).
+    weights_id: u64,
+}
+
+/// A process-wide counter, so that a policy swapped for another never reuses an identity.
+fn next_weights_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 fn precision_of(kind: Kind) -> Precision {
@@ -167,7 +175,17 @@ impl Policy {
         let precision = options.precision.unwrap_or(Precision::F32);
         vs.set_kind(precision.kind());
         let state = PolicyState::fresh(&config, &config_json, &tokenizer, precision, count_parameters(&vs));
-        Ok(Self { vs, model, config, config_json, tokenizer, tokenizer_json, tokenizer_config, state })
+        Ok(Self {
+            vs,
+            model,
+            config,
+            config_json,
+            tokenizer,
+            tokenizer_json,
+            tokenizer_config,
+            state,
+            weights_id: next_weights_id(),
+        })
     }
 
     /// The tiny default model with its tokenizer.
@@ -216,7 +234,17 @@ impl Policy {
             Some(state) => PolicyState { precision, parameters, ..state },
             None => PolicyState::fresh(&config, &config_json, &tokenizer, precision, parameters),
         };
-        Ok(Self { vs, model, config, config_json, tokenizer, tokenizer_json, tokenizer_config, state })
+        Ok(Self {
+            vs,
+            model,
+            config,
+            config_json,
+            tokenizer,
+            tokenizer_json,
+            tokenizer_config,
+            state,
+            weights_id: next_weights_id(),
+        })
     }
 
     /// Writes the checkpoint to `dir` (created if needed). Each file is written beside its final
@@ -268,6 +296,7 @@ impl Policy {
             tokenizer_json: self.tokenizer_json.clone(),
             tokenizer_config: self.tokenizer_config.clone(),
             state: self.state.clone(),
+            weights_id: next_weights_id(),
         })
     }
 
@@ -287,8 +316,20 @@ impl Policy {
         &self.state
     }
 
+    /// The training state. Trainers record each optimiser step here, so taking it counts as a
+    /// change of the weights (see [`Policy::weights_id`]).
     pub fn state_mut(&mut self) -> &mut PolicyState {
+        self.weights_id = next_weights_id();
         &mut self.state
+    }
+
+    /// An identity of the current weights, for caches of what they computed (the key/value
+    /// rows of a [`crate::PrefixCache`]). It changes when the weights are reached mutably
+    /// ([`Policy::var_store_mut`]) or a trainer records a step ([`Policy::state_mut`]); an
+    /// optimiser holding the variables must record its steps there, as the trainers do. No two
+    /// policies of a process share one.
+    pub fn weights_id(&self) -> u64 {
+        self.weights_id
     }
 
     /// The variables, for an optimizer.
@@ -297,6 +338,7 @@ impl Policy {
     }
 
     pub fn var_store_mut(&mut self) -> &mut VarStore {
+        self.weights_id = next_weights_id();
         &mut self.vs
     }
 

@@ -94,6 +94,25 @@ impl KvCache {
         let layers = self.layers.iter().map(|(k, v)| (k.index_select(0, index), v.index_select(0, index))).collect();
         KvCache { layers, len: self.len, capacity: self.capacity }
     }
+
+    /// Row `row`'s keys and values at `columns` (int64), per layer `[kv_heads, n, head_dim]`.
+    pub fn row_columns(&self, row: i64, columns: &Tensor) -> Vec<(Tensor, Tensor)> {
+        self.layers
+            .iter()
+            .map(|(k, v)| (k.get(row).index_select(1, columns), v.get(row).index_select(1, columns)))
+            .collect()
+    }
+
+    /// Writes the first `len` positions of `rows` (per layer `[kv_heads, n >= len, head_dim]`,
+    /// as [`KvCache::row_columns`] returns) into row `row` from column `start`, and marks the
+    /// cache filled up to `start + len` columns (at least).
+    pub fn write_row(&mut self, row: i64, start: i64, rows: &[(Tensor, Tensor)], len: i64) {
+        for ((k, v), (rk, rv)) in self.layers.iter_mut().zip(rows) {
+            k.get(row).narrow(1, start, len).copy_(&rk.narrow(1, 0, len));
+            v.get(row).narrow(1, start, len).copy_(&rv.narrow(1, 0, len));
+        }
+        self.len = self.len.max(start + len);
+    }
 }
 
 #[derive(Debug)]

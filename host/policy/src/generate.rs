@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use crate::decoder::AttentionMask;
+use crate::prefix::PrefixCache;
 use crate::sampling::{Sampler, SamplingParams, log_prob};
 use crate::{Policy, PolicyError};
 
@@ -112,7 +113,28 @@ impl Policy {
         if seeds.len() != prompts.len() {
             return Err(PolicyError::Sampling(format!("{} seeds for {} prompts", seeds.len(), prompts.len())));
         }
-        self.generate_inner(prompts, params, Some(seeds), None, None)
+        self.generate_inner(prompts, params, Some(seeds), None, None, None)
+    }
+
+    /// [`Policy::generate`] (with a seed per prompt when `seeds` is given, as
+    /// [`Policy::generate_seeded`]) reusing the keys and values of earlier sequences in `prefix`:
+    /// each prompt prefills only what follows its longest cached prefix, and every sequence is
+    /// kept there afterwards for the next call. What is sampled is what an uncached call
+    /// samples; the logits differ by rounding only.
+    pub fn generate_with_prefix(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+        seeds: Option<&[u64]>,
+        on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
+        prefix: &mut PrefixCache,
+    ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
+        if let Some(seeds) = seeds
+            && seeds.len() != prompts.len()
+        {
+            return Err(PolicyError::Sampling(format!("{} seeds for {} prompts", seeds.len(), prompts.len())));
+        }
+        self.generate_inner(prompts, params, seeds, on_token, None, Some(prefix))
     }
 
     /// [`Policy::generate`] under a [`Constraint`]. Log-probs are those of the unconstrained
@@ -124,7 +146,7 @@ impl Policy {
         on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
         constraint: Option<&mut dyn Constraint>,
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
-        self.generate_inner(prompts, params, None, on_token, constraint)
+        self.generate_inner(prompts, params, None, on_token, constraint, None)
     }
 
     fn generate_inner(
@@ -134,6 +156,7 @@ impl Policy {
         seeds: Option<&[u64]>,
         mut on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
         mut constraint: Option<&mut dyn Constraint>,
+        mut prefix: Option<&mut PrefixCache>,
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
         params.validate()?;
         let vocab = self.model().spec().vocab_size;
@@ -183,24 +206,48 @@ impl Policy {
         let model = self.model();
         let device = model.device();
         let b = batch as i64;
-        let prompt_len = prompts.iter().map(Vec::len).max().unwrap_or(0) as i64;
+        // Tokens each prompt takes from the prefix cache (its cached keys and values).
+        let reuse: Vec<Option<(usize, usize)>> = match prefix.as_deref_mut() {
+            Some(cache) => {
+                cache.sync(self.weights_id());
+                prompts.iter().map(|p| cache.lookup(p)).collect()
+            }
+            None => vec![None; batch],
+        };
+        let cached: Vec<usize> = reuse.iter().map(|r| r.map_or(0, |(_, n)| n)).collect();
+        // Each row's prompt occupies the first `prompt_len` columns: its cached part right-aligned
+        // in the first `cached_len`, the rest right-aligned after them; padding in between is
+        // masked, and positions count real tokens only.
+        let cached_len = cached.iter().copied().max().unwrap_or(0);
+        let suffix_len = prompts.iter().zip(&cached).map(|(p, c)| p.len() - c).max().unwrap_or(0);
+        let prompt_len = (cached_len + suffix_len) as i64;
         let padded = prompts.iter().any(|p| p.len() as i64 != prompt_len);
         let capacity = prompt_len + params.max_new_tokens as i64;
         let pad = self.tokenizer().pad_id();
 
         let _guard = tch::no_grad_guard();
-        let mut ids = vec![pad; batch * prompt_len as usize];
-        let mut valid = vec![0_i64; batch * capacity as usize];
+        let mut ids = vec![pad; batch * suffix_len];
+        let mut prompt_valid_host = vec![0_i64; batch * prompt_len as usize];
         for (i, p) in prompts.iter().enumerate() {
-            let offset = prompt_len as usize - p.len();
-            ids[i * prompt_len as usize + offset..(i + 1) * prompt_len as usize].copy_from_slice(p);
-            valid[i * capacity as usize + offset..i * capacity as usize + prompt_len as usize].fill(1);
+            let (c, s) = (cached[i], p.len() - cached[i]);
+            ids[i * suffix_len + suffix_len - s..(i + 1) * suffix_len].copy_from_slice(&p[c..]);
+            let row = &mut prompt_valid_host[i * prompt_len as usize..(i + 1) * prompt_len as usize];
+            row[cached_len - c..cached_len].fill(1);
+            row[prompt_len as usize - s..].fill(1);
         }
-        let ids = Tensor::from_slice(&ids).view([b, prompt_len]).to_device(device);
-        let valid = Tensor::from_slice(&valid).view([b, capacity]).to_device(device);
-        let prompt_valid = valid.narrow(1, 0, prompt_len);
-        let positions = (prompt_valid.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let valid = Tensor::zeros([b, capacity], (Kind::Int64, device));
+        let prompt_valid = Tensor::from_slice(&prompt_valid_host).view([b, prompt_len]).to_device(device);
+        valid.narrow(1, 0, prompt_len).copy_(&prompt_valid);
+        let ids = Tensor::from_slice(&ids).view([b, suffix_len as i64]).to_device(device);
+        let positions =
+            (prompt_valid.cumsum(1, Kind::Int64) - 1).clamp_min(0).narrow(1, cached_len as i64, suffix_len as i64);
         let mut next_pos = positions.select(1, -1) + 1;
+        // SDPA's own causal mask is aligned to the top left, wrong after cached columns.
+        let mask = if padded || cached_len > 0 {
+            AttentionMask::with_padding(&prompt_valid, cached_len as i64, suffix_len as i64)
+        } else {
+            AttentionMask::Causal
+        };
         // Identical prompts (a group's episodes start from the same one) are prefilled once and
         // their cache rows copied.
         let mut first: Vec<i64> = Vec::new();
@@ -215,20 +262,31 @@ impl Policy {
             }
         }
         let started = Instant::now();
-        let (mut cache, mut logits) = if first.len() < batch {
+        let (mut cache, mut logits) = if cached_len > 0 {
+            let mut cache = model.new_cache(b, capacity);
+            if let Some(store) = prefix.as_deref() {
+                for (i, r) in reuse.iter().enumerate() {
+                    if let Some((entry, n)) = *r {
+                        cache.write_row(i as i64, (cached_len - n) as i64, store.layers(entry), n as i64);
+                    }
+                }
+            }
+            let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
+            (cache, model.logits(&hidden.select(1, -1)))
+        } else if first.len() < batch {
             let pick = Tensor::from_slice(&first).to_device(device);
-            let (ids, positions, prompt_valid) =
-                (ids.index_select(0, &pick), positions.index_select(0, &pick), prompt_valid.index_select(0, &pick));
+            let (ids, positions) = (ids.index_select(0, &pick), positions.index_select(0, &pick));
+            let mask = if padded {
+                AttentionMask::with_padding(&prompt_valid.index_select(0, &pick), 0, prompt_len)
+            } else {
+                AttentionMask::Causal
+            };
             let mut cache = model.new_cache(first.len() as i64, capacity);
-            let mask =
-                if padded { AttentionMask::with_padding(&prompt_valid, 0, prompt_len) } else { AttentionMask::Causal };
             let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
             let rows = Tensor::from_slice(&row_of).to_device(device);
             (cache.select_rows(&rows), model.logits(&hidden.select(1, -1)).index_select(0, &rows))
         } else {
             let mut cache = model.new_cache(b, capacity);
-            let mask =
-                if padded { AttentionMask::with_padding(&prompt_valid, 0, prompt_len) } else { AttentionMask::Causal };
             let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
             (cache, model.logits(&hidden.select(1, -1)))
         };
@@ -304,6 +362,20 @@ impl Policy {
             rows = logits_rows(&logits, vocab)?;
         }
         stats.decode_secs = decode_started.elapsed().as_secs_f64();
+        if let Some(store) = prefix {
+            // Each row's prompt columns, then its outputs but the last (never fed back).
+            for (i, seq) in seqs.iter().enumerate() {
+                let fed = seq.output.len().saturating_sub(1);
+                let row = &prompt_valid_host[i * prompt_len as usize..(i + 1) * prompt_len as usize];
+                let columns: Vec<i64> = (0..prompt_len)
+                    .filter(|&c| row[c as usize] != 0)
+                    .chain(prompt_len..prompt_len + fed as i64)
+                    .collect();
+                let ids: Vec<i64> = seq.prompt.iter().chain(&seq.output[..fed]).copied().collect();
+                let columns = Tensor::from_slice(&columns).to_device(device);
+                store.insert(ids, cache.row_columns(i as i64, &columns));
+            }
+        }
 
         let mut out = Vec::with_capacity(batch);
         for seq in seqs {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use tch::{Kind, Tensor};
 use toolsmith_policy::decoder::AttentionMask;
 use toolsmith_policy::sampling::{Sampler, distribution};
-use toolsmith_policy::{FinishReason, SamplingParams, TokenEvent};
+use toolsmith_policy::{FinishReason, PrefixCache, SamplingParams, TokenEvent};
 
 fn prompts(policy: &toolsmith_policy::Policy) -> Vec<Vec<i64>> {
     ["<|im_start|>user\nWhere was Grace Hopper born?<|im_end|>\n", "<plan>\nTask 1:", "hi"]
@@ -92,6 +92,62 @@ fn shared_prompts_prefill_once_and_seeded_requests_draw_as_alone() {
     assert_eq!(together[0].output_ids, together[4].output_ids);
     assert_ne!(together[0].output_ids, together[1].output_ids);
     assert!(policy.generate_seeded(&batch, &params, &seeds[..2]).is_err());
+}
+
+#[test]
+fn a_prefix_cache_prefills_only_new_tokens_and_changes_no_draw() {
+    // Three episodes' turns: turn 1, then each turn 2 extends its own prompt and output with an
+    // observation (one by the same length, so that rows are padded differently), decoded as one
+    // batch with and without the cache.
+    let mut policy = common::tiny(4);
+    let tokenizer = policy.tokenizer().clone();
+    let first = prompts(&policy);
+    let params = SamplingParams { max_new_tokens: 10, temperature: 1.0, ..SamplingParams::default() };
+    let seeds = [7, 8, 9];
+    let mut cache = PrefixCache::new(64 << 20);
+    let (turn1, _) = policy.generate_with_prefix(&first, &params, Some(&seeds), None, &mut cache).expect("turn 1");
+    let (plain1, _) = policy.generate_seeded(&first, &params, &seeds).expect("plain turn 1");
+    for (a, b) in turn1.iter().zip(&plain1) {
+        assert_eq!(a.output_ids, b.output_ids);
+    }
+    assert_eq!(cache.len(), 3);
+    assert_eq!(cache.stats().reused_tokens, 0);
+
+    let observations = ["<observation>42</observation>", "<observation>Arlington, Virginia</observation>", "ok"];
+    let second: Vec<Vec<i64>> = turn1
+        .iter()
+        .zip(observations)
+        .map(|(g, o)| [g.prompt_ids.clone(), g.output_ids.clone(), tokenizer.encode(o).expect("encode")].concat())
+        .collect();
+    let before = cache.stats();
+    let (cached, _) = policy.generate_with_prefix(&second, &params, Some(&seeds), None, &mut cache).expect("turn 2");
+    let (plain, _) = policy.generate_seeded(&second, &params, &seeds).expect("plain turn 2");
+    for (i, (a, b)) in cached.iter().zip(&plain).enumerate() {
+        assert_eq!(a.output_ids, b.output_ids, "episode {i}");
+        assert_eq!(a.prompt_ids, second[i]);
+        for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
+            assert!((x - y).abs() < 1e-4, "episode {i}: {x} vs {y}");
+        }
+    }
+    // Every turn-2 prompt reused its whole turn 1 but the last sampled token.
+    let expected: u64 = turn1.iter().map(|g| (g.prompt_ids.len() + g.output_ids.len() - 1) as u64).sum();
+    let stats = cache.stats();
+    assert_eq!(stats.hits - before.hits, 3);
+    assert_eq!(stats.reused_tokens - before.reused_tokens, expected);
+    // Turn 2 superseded turn 1: still one entry per episode.
+    assert_eq!(cache.len(), 3);
+
+    // Other weights: the cache empties itself instead of serving stale rows.
+    let _ = policy.var_store_mut();
+    let before = cache.stats();
+    let (again, _) = policy.generate_with_prefix(&second, &params, Some(&seeds), None, &mut cache).expect("after");
+    assert_eq!(cache.stats().reused_tokens, before.reused_tokens);
+    assert_eq!(again[0].output_ids, plain[0].output_ids);
+
+    // A budget too small for any sequence keeps nothing.
+    let mut tiny = PrefixCache::new(1024);
+    policy.generate_with_prefix(&first, &params, Some(&seeds), None, &mut tiny).expect("small");
+    assert!(tiny.is_empty() && tiny.bytes() == 0);
 }
 
 #[test]

@@ -6,13 +6,15 @@
 //! worker thread owns the decoding: it takes every queued request (waiting a short window for
 //! requests that arrive together, as a group's first turns do), groups those with the same
 //! sampling settings, and decodes each group as one left-padded batch with a seed per request
-//! (the seed it would have alone; padding changes its logits only by rounding).
+//! (the seed it would have alone; padding changes its logits only by rounding). The worker keeps
+//! each episode's keys and values between its turns, so a turn prefills only the observation and
+//! the new turn's header.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use toolsmith_policy::Policy;
+use toolsmith_policy::{Policy, PrefixCache};
 
 use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message};
 
@@ -36,13 +38,16 @@ pub struct BatchConfig {
     pub max_batch: usize,
     /// How long the worker waits for more requests after the first of a batch.
     pub window: Duration,
+    /// Bytes of keys and values kept between turns, so that an episode's next turn prefills
+    /// only its new tokens (0: no prefix cache).
+    pub prefix_cache_bytes: usize,
 }
 
 impl Default for BatchConfig {
     fn default() -> Self {
         // A few milliseconds: far below one turn's decoding, long enough for requests that
         // arrive together (a group's first turns) to share a batch.
-        BatchConfig { max_batch: 64, window: Duration::from_millis(5) }
+        BatchConfig { max_batch: 64, window: Duration::from_millis(5), prefix_cache_bytes: super::PREFIX_CACHE_BYTES }
     }
 }
 
@@ -80,6 +85,7 @@ impl Backend for BatchedBackend {
 }
 
 fn worker(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig) {
+    let mut prefix = PrefixCache::new(config.prefix_cache_bytes);
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         let deadline = Instant::now() + config.window;
@@ -97,13 +103,13 @@ fn worker(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig) {
                 batch.into_iter().partition(|j| GenerateOptions { seed: 0, ..j.options.clone() } == key);
             batch = rest;
             let policy = policy.lock().unwrap_or_else(|p| p.into_inner());
-            decode(&policy, same);
+            decode(&policy, same, &mut prefix);
         }
     }
 }
 
 /// Decodes one batch of requests with the same settings and answers each.
-fn decode(policy: &Policy, jobs: Vec<Job>) {
+fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
     let tokenizer = policy.tokenizer();
     let template = match ChatTemplate::of(tokenizer) {
         Ok(t) => t,
@@ -138,7 +144,7 @@ fn decode(policy: &Policy, jobs: Vec<Job>) {
     let prompts: Vec<Vec<i64>> = ready.iter().map(|(_, p)| p.clone()).collect();
     let seeds: Vec<u64> = ready.iter().map(|(j, _)| j.options.seed).collect();
     let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
-    match policy.generate_seeded(&prompts, &params, &seeds) {
+    match policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, prefix) {
         Ok((generations, _)) => {
             for ((job, prompt), g) in ready.into_iter().zip(generations) {
                 let _ = job.reply.send(Ok(Completion::from_generation(g, prompt.len(), end_of_turn)));

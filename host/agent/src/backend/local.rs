@@ -3,27 +3,30 @@
 
 use std::sync::{Arc, Mutex};
 
-use toolsmith_policy::{Policy, TokenEvent};
+use toolsmith_policy::{Policy, PrefixCache, TokenEvent};
 
 use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message};
 
-/// A shared local policy.
+/// A shared local policy. Conversations that go on (an agent's next turn, a chat's next
+/// message) prefill only their new tokens: the keys and values of earlier turns are kept.
 #[derive(Debug, Clone)]
 pub struct LocalBackend {
     policy: Arc<Mutex<Policy>>,
+    prefix: Arc<Mutex<PrefixCache>>,
     label: String,
 }
 
 impl LocalBackend {
     /// Wraps a loaded policy; `label` names it in reports (its directory, or `tiny`).
     pub fn new(policy: Policy, label: impl Into<String>) -> Self {
-        LocalBackend { policy: Arc::new(Mutex::new(policy)), label: label.into() }
+        Self::shared(Arc::new(Mutex::new(policy)), label)
     }
 
     /// A backend over a policy shared with someone else (a trainer that updates its weights
     /// between episodes).
     pub fn shared(policy: Arc<Mutex<Policy>>, label: impl Into<String>) -> Self {
-        LocalBackend { policy, label: label.into() }
+        let prefix = Arc::new(Mutex::new(PrefixCache::new(super::PREFIX_CACHE_BYTES)));
+        LocalBackend { policy, prefix, label: label.into() }
     }
 
     /// The shared policy.
@@ -67,7 +70,9 @@ impl LocalBackend {
             }
         };
         let callback: Option<&mut dyn FnMut(TokenEvent<'_>)> = Some(&mut forward);
-        let (mut generations, _) = policy.generate(std::slice::from_ref(&prompt), &params, callback)?;
+        let mut prefix = self.prefix.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut generations, _) =
+            policy.generate_with_prefix(std::slice::from_ref(&prompt), &params, None, callback, &mut prefix)?;
         let generation = generations.pop().ok_or_else(|| BackendError::Join("no generation".into()))?;
         let completion = Completion::from_generation(generation, prompt.len(), template.end_of_turn(tokenizer)?);
         Ok((completion, policy.state().step))

@@ -20,6 +20,10 @@ pub use local::LocalBackend;
 pub use openai::OpenAiBackend;
 pub use remote::CompletionsBackend;
 
+/// Bytes of keys and values a local backend keeps between turns by default: about 130k tokens
+/// of the tiny model, every episode of several rollout groups (4k of a 135M model).
+pub const PREFIX_CACHE_BYTES: usize = 512 << 20;
+
 /// A boxed future, so backends can be trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -1,0 +1,139 @@
+//! Key/value rows kept between generations, so that a prompt extending an earlier one (an
+//! episode's next turn: the previous prompt, the tokens sampled for it, the observation and the
+//! next turn's header) prefills only its new tokens, as serving engines' prefix caching does.
+//!
+//! Rows are valid only for the weights that computed them: the cache remembers
+//! [`crate::Policy::weights_id`] and empties itself when a generation runs on other weights.
+
+use std::collections::VecDeque;
+
+use tch::Tensor;
+
+/// What a [`PrefixCache`] saved so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixStats {
+    /// Prompts looked up.
+    pub prompts: u64,
+    /// Prompts that reused a cached prefix.
+    pub hits: u64,
+    /// Prompt tokens looked up.
+    pub prompt_tokens: u64,
+    /// Of those, tokens whose keys and values came from the cache instead of a prefill.
+    pub reused_tokens: u64,
+}
+
+/// A bounded store of earlier sequences' key/value rows (oldest dropped first).
+#[derive(Debug)]
+pub struct PrefixCache {
+    entries: VecDeque<Entry>,
+    budget_bytes: usize,
+    bytes: usize,
+    weights_id: Option<u64>,
+    stats: PrefixStats,
+}
+
+#[derive(Debug)]
+struct Entry {
+    ids: Vec<i64>,
+    /// Per layer, keys and values `[kv_heads, ids.len(), head_dim]`.
+    layers: Vec<(Tensor, Tensor)>,
+    bytes: usize,
+}
+
+impl PrefixCache {
+    /// An empty cache holding at most `budget_bytes` of keys and values.
+    pub fn new(budget_bytes: usize) -> Self {
+        PrefixCache {
+            entries: VecDeque::new(),
+            budget_bytes,
+            bytes: 0,
+            weights_id: None,
+            stats: PrefixStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> PrefixStats {
+        self.stats
+    }
+
+    /// Sequences held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes of keys and values held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// Empties the cache when its rows were computed by other weights.
+    pub(crate) fn sync(&mut self, weights_id: u64) {
+        if self.weights_id != Some(weights_id) {
+            self.clear();
+            self.weights_id = Some(weights_id);
+        }
+    }
+
+    /// The entry sharing the longest prefix with `prompt`, and that length; at most
+    /// `prompt.len() - 1` tokens, since the last prompt token must run to give the next logits.
+    pub(crate) fn lookup(&mut self, prompt: &[i64]) -> Option<(usize, usize)> {
+        let limit = prompt.len().saturating_sub(1);
+        let best = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, e.ids.iter().zip(prompt).take(limit).take_while(|(a, b)| a == b).count()))
+            .max_by_key(|&(i, n)| (n, i))
+            .filter(|&(_, n)| n > 0);
+        self.stats.prompts += 1;
+        self.stats.prompt_tokens += prompt.len() as u64;
+        if let Some((_, n)) = best {
+            self.stats.hits += 1;
+            self.stats.reused_tokens += n as u64;
+        }
+        best
+    }
+
+    pub(crate) fn layers(&self, entry: usize) -> &[(Tensor, Tensor)] {
+        self.entries.get(entry).map_or(&[], |e| e.layers.as_slice())
+    }
+
+    /// Keeps `layers` as the rows of `ids`; entries that `ids` extends are dropped (an
+    /// episode's turn supersedes its previous one), then the oldest until the budget holds.
+    pub(crate) fn insert(&mut self, ids: Vec<i64>, layers: Vec<(Tensor, Tensor)>) {
+        let bytes = layers.iter().map(|(k, v)| tensor_bytes(k) + tensor_bytes(v)).sum();
+        if ids.is_empty() || bytes > self.budget_bytes {
+            return;
+        }
+        let mut freed = 0;
+        self.entries.retain(|e| {
+            let superseded = e.ids.len() <= ids.len() && ids.starts_with(&e.ids);
+            if superseded {
+                freed += e.bytes;
+            }
+            !superseded
+        });
+        self.bytes -= freed;
+        while self.bytes + bytes > self.budget_bytes {
+            match self.entries.pop_front() {
+                Some(old) => self.bytes -= old.bytes,
+                None => break,
+            }
+        }
+        self.bytes += bytes;
+        self.entries.push_back(Entry { ids, layers, bytes });
+    }
+}
+
+fn tensor_bytes(t: &Tensor) -> usize {
+    t.numel() * t.kind().elt_size_in_bytes()
+}
