@@ -1,5 +1,5 @@
 //! `toolsmith`: the command-line interface. It parses flags, calls the libraries and maps their
-//! outcomes to output and exit codes; the work lives in `toolsmith-host` and friends.
+//! outcomes to output and exit codes; the work lives in `toolsmith-sandbox` and friends.
 
 mod commands;
 

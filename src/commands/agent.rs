@@ -17,8 +17,8 @@ use toolsmith_agent::eval::{evaluate, peak_by_objectives};
 use toolsmith_agent::graph::{RegistryRetriever, record_candidates, record_plan};
 use toolsmith_agent::tools::LocalTools;
 use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Scheduler, ToolFormat, Trajectory};
-use toolsmith_host::Limits;
 use toolsmith_policy::{LoadOptions, Policy, Tokenizer};
+use toolsmith_sandbox::Limits;
 
 use super::Env;
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-use toolsmith_host::{CallOutput, ErrorKind, Limits, StructuredError, ToolKind, Toolbox, not_found_error};
 use toolsmith_registry::{RegistryError, SortBy};
+use toolsmith_sandbox::{CallOutput, ErrorKind, Limits, StructuredError, ToolKind, Toolbox, not_found_error};
 
 use super::Env;
 

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use toolsmith_contract::Provenance;
-use toolsmith_host::python::create::{CreateRequest, DEFAULT_TIMEOUT_SECS, create_and_execute};
 use toolsmith_registry::{NewTool, Registered};
+use toolsmith_sandbox::python::create::{CreateRequest, DEFAULT_TIMEOUT_SECS, create_and_execute};
 
 use super::Env;
 

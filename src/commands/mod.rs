@@ -16,9 +16,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use toolsmith_host::python::{PythonRuntime, default_guest_path};
-use toolsmith_host::{Sandbox, SandboxConfig, Tool, Toolbox};
 use toolsmith_registry::{NewTool, Registry};
+use toolsmith_sandbox::python::{PythonRuntime, default_guest_path};
+use toolsmith_sandbox::{Sandbox, SandboxConfig, Tool, Toolbox};
 
 /// Global options every command shares.
 #[derive(Debug)]

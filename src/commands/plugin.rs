@@ -5,7 +5,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 use toolsmith_contract::ToolName;
-use toolsmith_host::Toolbox;
+use toolsmith_sandbox::Toolbox;
 
 use super::Env;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
-use toolsmith_host::Limits;
+use toolsmith_sandbox::Limits;
 
 use super::Env;
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use toolsmith_host::python::create::CreateRequest;
-use toolsmith_host::{Limits, Toolbox};
+use toolsmith_sandbox::python::create::CreateRequest;
+use toolsmith_sandbox::{Limits, Toolbox};
 
 use super::Env;
 
@@ -200,7 +200,7 @@ fn registry_section(env: &Env) -> Result<()> {
 /// pipe, speaking exactly what `serve --stdio` speaks.
 fn serve_section(env: &Env) -> Result<()> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    use toolsmith_host::daemon::{Daemon, ServeOptions, mcp};
+    use toolsmith_daemon::{Daemon, ServeOptions, mcp};
 
     let toolbox = env.toolbox_maybe_python("Python tools are")?;
     let daemon = Daemon::new(env.registry()?, toolbox, ServeOptions::default())?;
@@ -531,7 +531,7 @@ fn agent_section(env: &Env) -> Result<()> {
     );
     let toolbox = env.toolbox_maybe_python("Python tools are")?;
     let tools: Arc<dyn Executor> = Arc::new(
-        LocalTools::new().with_corpus(corpus.clone()).with_toolbox(toolbox, toolsmith_host::Limits::default()),
+        LocalTools::new().with_corpus(corpus.clone()).with_toolbox(toolbox, toolsmith_sandbox::Limits::default()),
     );
     let tokenizer = Arc::new(Tokenizer::tiny()?);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -612,7 +612,7 @@ fn agent_section(env: &Env) -> Result<()> {
     let reply = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let app = toolsmith_agent::serve::chat_router(local, "tiny");
+        let app = toolsmith_daemon::chat::chat_router(local, "tiny");
         tokio::spawn(async move { axum_serve(listener, app).await });
         let remote = OpenAiBackend::new(format!("http://{addr}/v1"), "tiny", None);
         let options = GenerateOptions { max_tokens: 12, ..GenerateOptions::default() };

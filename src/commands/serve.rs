@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use toolsmith_host::Limits;
-use toolsmith_host::daemon::http::{HttpOptions, HttpServer};
-use toolsmith_host::daemon::{Admission, Daemon, ServeOptions, mcp};
+use toolsmith_daemon::http::{HttpOptions, HttpServer};
+use toolsmith_daemon::{Admission, Daemon, ServeOptions, mcp};
+use toolsmith_sandbox::Limits;
 
 use toolsmith_agent::backend::LocalBackend;
-use toolsmith_agent::serve::chat_router;
+use toolsmith_daemon::chat::chat_router;
 
 use super::Env;
 

@@ -9,8 +9,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use toolsmith_contract::Manifest;
-use toolsmith_host::Toolbox;
 use toolsmith_registry::{Graph, Mode, NewTool, Registered, Registry, SearchRequest, SortBy};
+use toolsmith_sandbox::Toolbox;
 
 use super::{Env, print_json};
 
@@ -159,8 +159,7 @@ fn export(r: &Registry, format: ExportFormat, out: &mut dyn std::io::Write) -> R
             serde_json::Value::Array(tools()?.iter().map(|t| t.manifest.to_openai_function()).collect())
         }
         ExportFormat::Mcp => {
-            let listed: Vec<_> =
-                tools()?.iter().filter_map(|t| toolsmith_host::daemon::mcp_tool(&t.manifest)).collect();
+            let listed: Vec<_> = tools()?.iter().filter_map(|t| toolsmith_daemon::mcp_tool(&t.manifest)).collect();
             serde_json::json!({ "tools": listed })
         }
     };

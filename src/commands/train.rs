@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use toolsmith_agent::env::Corpus;
 use toolsmith_agent::tools::{Executor, LocalTools};
-use toolsmith_host::{Limits, Toolbox};
+use toolsmith_sandbox::{Limits, Toolbox};
 use toolsmith_train::config::SftConfig;
 use toolsmith_train::metrics::EvalMetrics;
 use toolsmith_train::rl::{Method, RlConfig, RlEvent, RlTrainer};

@@ -17,7 +17,6 @@ pub mod graph;
 pub mod oracle;
 pub mod runner;
 pub mod schedule;
-pub mod serve;
 pub mod simulate;
 pub mod tools;
 

@@ -297,7 +297,7 @@ impl Trajectory {
     }
 
     /// Tools created by `create_and_execute_mcp` that ran: the trajectory's candidates.
-    pub fn created_tools(&self) -> Vec<&toolsmith_host::python::create::PythonTool> {
+    pub fn created_tools(&self) -> Vec<&toolsmith_sandbox::python::create::PythonTool> {
         self.calls().filter_map(|c| c.created.as_ref()).collect()
     }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 use toolsmith_contract::{ErrorKind, StructuredError};
-use toolsmith_host::python::create::PythonTool;
+use toolsmith_sandbox::python::create::PythonTool;
 
 use crate::plan::{Plan, Task};
 use crate::tools::{Executor, Verdict};

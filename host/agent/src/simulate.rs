@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};
-use toolsmith_host::validate::ToolSchemas;
 use toolsmith_policy::constrain::{JsonSchemaGrammar, TokenTable};
 use toolsmith_policy::{Policy, SamplingParams};
+use toolsmith_sandbox::validate::ToolSchemas;
 
 use crate::backend::{Backend, BoxFuture, GenerateOptions, Message, local::prompt_ids};
 use crate::tools::Simulator;

@@ -8,9 +8,9 @@ use std::sync::{Arc, RwLock};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolsmith_contract::{ErrorKind, Manifest, Provenance, StructuredError, ToolKind};
-use toolsmith_host::python::create::{CreateRequest, PythonTool};
-use toolsmith_host::validate::ToolSchemas;
-use toolsmith_host::{Limits, Tool, Toolbox, not_found_error};
+use toolsmith_sandbox::python::create::{CreateRequest, PythonTool};
+use toolsmith_sandbox::validate::ToolSchemas;
+use toolsmith_sandbox::{Limits, Tool, Toolbox, not_found_error};
 
 use crate::backend::BoxFuture;
 use crate::env::Corpus;
@@ -176,7 +176,7 @@ pub fn create_tool_manifest() -> Manifest {
         version: "0.1.0".into(),
         description: "Write a new Python tool: define a function, run it once on inputs, and get {creation_success, execution_result, stdout, stderr, error}. Use it for exact computation no listed tool does.".into(),
         input_schema,
-        output_schema: toolsmith_contract::schemas::tool_schema_for::<toolsmith_host::python::create::CreateResult>(),
+        output_schema: toolsmith_contract::schemas::tool_schema_for::<toolsmith_sandbox::python::create::CreateResult>(),
         examples: Vec::new(),
         kind: ToolKind::Native,
         provenance: Provenance::default(),

@@ -9,9 +9,9 @@ use serde_json::json;
 use toolsmith_agent::env::{Corpus, Family, World, WorldConfig};
 use toolsmith_agent::tools::{CREATE_TOOL, Executor, LocalTools};
 use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Trajectory};
-use toolsmith_host::python::{PythonRuntime, default_guest_path};
-use toolsmith_host::{Limits, Sandbox, SandboxConfig, Toolbox};
 use toolsmith_registry::Registry;
+use toolsmith_sandbox::python::{PythonRuntime, default_guest_path};
+use toolsmith_sandbox::{Limits, Sandbox, SandboxConfig, Toolbox};
 use toolsmith_train::rl::graph::{REGISTRY_FILE, TrainingGraph};
 
 /// The world's search and a fresh toolbox with the Python guest (no plugins: they are not what

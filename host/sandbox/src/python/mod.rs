@@ -30,7 +30,7 @@ pub const DEFAULT_MEMORY_BYTES: usize = 256 << 20;
 pub fn default_guest_path() -> PathBuf {
     match std::env::var_os("TOOLSMITH_PYTHON_GUEST") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/python/runner.wasm"),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/python/runner.wasm"),
     }
 }
 

@@ -1,4 +1,5 @@
-//! `toolsmith serve`: the tool graph served over the Model Context Protocol.
+//! The Toolsmith daemon (`toolsmith serve`): the tool graph over the Model Context Protocol, the
+//! policy over an OpenAI-compatible API, and training jobs.
 //!
 //! A [`Daemon`] owns the registry, the sandbox and the call accounting; transports sit on top:
 //! [`mcp::McpHandler`] speaks MCP (through `rmcp`) over standard I/O or streamable HTTP, and
@@ -13,6 +14,7 @@
 //!   connected client as `notifications/tools/list_changed` (a watcher follows the registry's
 //!   generation counter).
 
+pub mod chat;
 pub mod http;
 pub mod mcp;
 mod meta;
@@ -32,11 +34,11 @@ use tokio_util::sync::CancellationToken;
 use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};
 use toolsmith_registry::{Registry, RegistryError};
 
-use crate::sandbox::Limits;
-use crate::toolbox::{Tool, Toolbox};
 pub use meta::{CREATE_TOOL, SEARCH_TOOL};
 use stats::Stats;
 pub use stats::StatusReport;
+use toolsmith_sandbox::Limits;
+use toolsmith_sandbox::{Tool, Toolbox};
 
 /// What becomes of a tool an MCP client creates with `create_and_execute_mcp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,7 +141,7 @@ struct Shared {
     /// The registry generation clients were last told about.
     announced: AtomicI64,
     shutdown: CancellationToken,
-    meta_tools: Vec<(Manifest, crate::validate::ToolSchemas)>,
+    meta_tools: Vec<(Manifest, toolsmith_sandbox::validate::ToolSchemas)>,
 }
 
 struct Loaded {
@@ -185,7 +187,7 @@ impl Daemon {
             .map_err(DaemonError::Config)?
             .into_iter()
             .map(|m| {
-                let schemas = crate::validate::ToolSchemas::compile(&m.input_schema, &m.output_schema)
+                let schemas = toolsmith_sandbox::validate::ToolSchemas::compile(&m.input_schema, &m.output_schema)
                     .map_err(|e| DaemonError::Config(format!("meta tool `{}`: {e}", m.name)))?;
                 Ok((m, schemas))
             })
@@ -466,7 +468,7 @@ impl Shared {
 
 fn not_found(registry: &Registry, name: &str) -> StructuredError {
     let names = registry.list(toolsmith_registry::SortBy::Name).unwrap_or_default();
-    crate::toolbox::not_found_error(name, names.iter().map(|r| &r.name), || {
+    toolsmith_sandbox::not_found_error(name, names.iter().map(|r| &r.name), || {
         format!("find tools with `{SEARCH_TOOL}` or list them with `tools/list`")
     })
 }

@@ -3,13 +3,13 @@
 //! wasmtime path (compile from bytes, no pooling, no `InstancePre`). Also: loading a cached
 //! precompiled component vs compiling it cold. Prints a table of medians and ratios.
 //!
-//! Run with `cargo bench -p toolsmith-host --bench call` (release profile).
+//! Run with `cargo bench -p toolsmith-sandbox --bench call` (release profile).
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolsmith_host::validate::ToolSchemas;
-use toolsmith_host::{Limits, Sandbox, SandboxConfig, Toolbox};
+use toolsmith_sandbox::validate::ToolSchemas;
+use toolsmith_sandbox::{Limits, Sandbox, SandboxConfig, Toolbox};
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort_unstable();

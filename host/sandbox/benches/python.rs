@@ -3,15 +3,15 @@
 //! vs compiling it, and the same function run by a `python3 -c` subprocess and by a warm
 //! in-process CPython (native, unsandboxed) for reference. Prints a table.
 //!
-//! Run with `cargo bench -p toolsmith-host --bench python` (needs scripts/setup.sh's guest).
+//! Run with `cargo bench -p toolsmith-sandbox --bench python` (needs scripts/setup.sh's guest).
 //! `KEEP_RESIDENT_KIB=N` overrides the pooling allocator's resident window for experiments.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
-use toolsmith_host::python::{PythonRuntime, default_guest_path};
-use toolsmith_host::{Limits, Sandbox, SandboxConfig};
+use toolsmith_sandbox::python::{PythonRuntime, default_guest_path};
+use toolsmith_sandbox::{Limits, Sandbox, SandboxConfig};
 
 const CODE: &str = r#"
 def stats(values):

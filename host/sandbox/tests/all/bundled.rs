@@ -1,7 +1,7 @@
 //! The bundled plugins on real inputs.
 
 use serde_json::json;
-use toolsmith_host::ErrorKind;
+use toolsmith_sandbox::ErrorKind;
 
 use crate::{call, toolbox};
 
@@ -155,7 +155,7 @@ fn manifests_map_to_mcp_and_openai() {
         assert_eq!(mcp["name"], m.name.as_str());
         assert_eq!(mcp["inputSchema"]["type"], "object");
         assert_eq!(mcp["outputSchema"], m.output_schema);
-        assert_eq!(toolsmith_host::Manifest::from_mcp_tool(&mcp).expect("round trip"), *m);
+        assert_eq!(toolsmith_sandbox::Manifest::from_mcp_tool(&mcp).expect("round trip"), *m);
         let f = m.to_openai_function();
         assert_eq!(f["function"]["parameters"], m.input_schema);
     }

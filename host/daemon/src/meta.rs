@@ -11,7 +11,7 @@ use toolsmith_contract::{ErrorKind, Manifest, Provenance, StructuredError};
 use toolsmith_registry::{Candidate, NewTool, Registered, SearchRequest};
 
 use super::{Admission, CallReply, Daemon, lock};
-use crate::python::create::{CreateRequest, CreateResult, DEFAULT_TIMEOUT_SECS, create_and_execute};
+use toolsmith_sandbox::python::create::{CreateRequest, CreateResult, DEFAULT_TIMEOUT_SECS, create_and_execute};
 
 /// The retrieval meta tool.
 pub const SEARCH_TOOL: &str = "search_tools";

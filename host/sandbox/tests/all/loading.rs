@@ -1,7 +1,7 @@
 //! Loading: bad files are refused with clear errors, imports are checked, artifacts are cached.
 
-use toolsmith_host::sandbox::CacheOutcome;
-use toolsmith_host::{ErrorKind, LoadError, Sandbox, SandboxConfig, Toolbox};
+use toolsmith_sandbox::sandbox::CacheOutcome;
+use toolsmith_sandbox::{ErrorKind, LoadError, Sandbox, SandboxConfig, Toolbox};
 use toolsmith_test_programs as programs;
 
 use crate::toolbox;
@@ -52,7 +52,7 @@ fn sdk_components_import_only_the_documented_interfaces() {
         let component = tool.component().expect("plugin");
         for import in &component.imports {
             let interface = import.split('@').next().unwrap_or_default();
-            assert!(toolsmith_host::sandbox::ALLOWED_INTERFACES.contains(&interface), "{import}");
+            assert!(toolsmith_sandbox::sandbox::ALLOWED_INTERFACES.contains(&interface), "{import}");
             assert!(!interface.starts_with("wasi:filesystem") && !interface.starts_with("wasi:sockets"));
         }
     }

@@ -2,6 +2,7 @@
 //! serve`'s completions endpoint over a real policy) samples the episodes, the trainer pushes its
 //! weights to it and scores exactly the ids the engine returned.
 
+#[path = "../../train/tests/common/mod.rs"]
 mod common;
 
 use std::sync::{Arc, Mutex};
@@ -9,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use toolsmith_agent::backend::{CompletionsBackend, GenerateOptions, LocalBackend};
 use toolsmith_agent::env::{Corpus, World, WorldConfig};
-use toolsmith_agent::serve::chat_router;
 use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_agent::{Agent, AgentConfig, Mode, Trajectory};
+use toolsmith_daemon::chat::chat_router;
 use toolsmith_policy::tch;
 use toolsmith_policy::{LoadOptions, Policy};
 use toolsmith_train::metrics::{Record, read};

@@ -4,9 +4,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use toolsmith_host::python::create::{CreateRequest, PythonTool};
-use toolsmith_host::python::{DEFAULT_MEMORY_BYTES, PythonFailure, PythonRun, PythonRuntime, default_guest_path};
-use toolsmith_host::{ErrorKind, Limits, Sandbox, SandboxConfig, Toolbox};
+use toolsmith_sandbox::python::create::{CreateRequest, PythonTool};
+use toolsmith_sandbox::python::{DEFAULT_MEMORY_BYTES, PythonFailure, PythonRun, PythonRuntime, default_guest_path};
+use toolsmith_sandbox::{ErrorKind, Limits, Sandbox, SandboxConfig, Toolbox};
 
 /// A toolbox with the Python runtime (its own, so Python tools never collide with other tests').
 pub fn python_toolbox() -> &'static Toolbox {
@@ -35,7 +35,7 @@ pub fn exec(code: &str, entry: &str, kwargs: Value, limits: Limits) -> Result<Py
     runtime().exec(entry, code, entry, Vec::new(), kwargs, limits, Some(7))
 }
 
-pub fn create(request: Value) -> toolsmith_host::python::create::Created {
+pub fn create(request: Value) -> toolsmith_sandbox::python::create::Created {
     let request: CreateRequest = serde_json::from_value(request).expect("request");
     python_toolbox().create_python(&request, Default::default()).expect("runtime present")
 }
@@ -55,7 +55,7 @@ fn searl_quadratic_solver_end_to_end() {
     assert!(created.result.creation_success, "{:?}", created.result);
     assert_eq!(created.result.execution_result, json!([2.0, 1.0]));
     let tool = created.tool.expect("candidate");
-    assert_eq!(tool.manifest.kind, toolsmith_host::ToolKind::Python);
+    assert_eq!(tool.manifest.kind, toolsmith_sandbox::ToolKind::Python);
     assert_eq!(tool.manifest.input_schema["properties"]["a"]["type"], "number");
     assert_eq!(tool.manifest.input_schema["required"], json!(["a", "b", "c"]));
     assert_eq!(tool.manifest.output_schema["properties"]["result"]["type"], "array");
@@ -230,7 +230,7 @@ fn random_is_reseeded_per_call() {
     assert_ne!(c, d, "fresh seeds differ (the pre-initialised snapshot must not freeze the state)");
 }
 
-/// One case of `host/tests/data/python_hostile.jsonl`.
+/// One case of `host/sandbox/tests/data/python_hostile.jsonl`.
 #[derive(Debug, serde::Deserialize)]
 struct HostileCase {
     name: String,

@@ -41,14 +41,14 @@ mod state;
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         world: "tool",
-        path: "../schemas/wit",
+        path: "../../schemas/wit",
     });
 }
 
 pub(crate) mod python_bindings {
     wasmtime::component::bindgen!({
         world: "runner",
-        path: "../plugins/python/wit",
+        path: "../../plugins/python/wit",
     });
 }
 

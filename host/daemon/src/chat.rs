@@ -27,7 +27,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use toolsmith_policy::{FinishReason, LoadOptions, Policy};
 
-use crate::backend::{BackendError, GenerateOptions, LocalBackend, Message};
+use toolsmith_agent::backend::{BackendError, GenerateOptions, LocalBackend, Message};
 
 #[derive(Clone, Debug)]
 struct ChatState {
@@ -37,7 +37,7 @@ struct ChatState {
     updating: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
-/// The routes, for [`toolsmith_host::daemon::http::HttpOptions::extra_routes`] or on their own.
+/// The routes, for [`crate::http::HttpOptions::extra_routes`] or on their own.
 pub fn chat_router(backend: LocalBackend, model: impl Into<String>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolsmith_host::{CallOutput, Limits, Sandbox, SandboxConfig, StructuredError, Toolbox};
+use toolsmith_sandbox::{CallOutput, Limits, Sandbox, SandboxConfig, StructuredError, Toolbox};
 
 /// One toolbox per test process (one engine, as in production) with every bundled plugin and the
 /// `hostile` test program registered.

@@ -3,11 +3,11 @@
 use std::time::Instant;
 
 use serde_json::json;
-use toolsmith_host::{ErrorKind, Limits};
+use toolsmith_sandbox::{ErrorKind, Limits};
 
 use crate::{assert_host_healthy, call, call_with, ms};
 
-fn hostile(mode: &str) -> Result<toolsmith_host::CallOutput, toolsmith_host::StructuredError> {
+fn hostile(mode: &str) -> Result<toolsmith_sandbox::CallOutput, toolsmith_sandbox::StructuredError> {
     call("hostile", json!({ "mode": mode }))
 }
 

@@ -2,7 +2,7 @@
 //! its own, so other tests' allocations do not disturb the measurement.
 
 use serde_json::json;
-use toolsmith_host::{Limits, Sandbox, SandboxConfig, Toolbox};
+use toolsmith_sandbox::{Limits, Sandbox, SandboxConfig, Toolbox};
 
 /// Allowed growth of resident memory over 10,000 calls after warm-up. A leak of one instance's
 /// memory per call (≥ 1 MiB for the calculator) would exceed it hundreds of times over.

@@ -1,8 +1,8 @@
-//! The Toolsmith host: runs tools in a wasmtime sandbox with every call checked against the
+//! The Toolsmith sandbox: runs tools in a wasmtime sandbox with every call checked against the
 //! tool's JSON Schemas.
 //!
 //! ```no_run
-//! use toolsmith_host::{Limits, Sandbox, SandboxConfig, Toolbox};
+//! use toolsmith_sandbox::{Limits, Sandbox, SandboxConfig, Toolbox};
 //!
 //! let toolbox = Toolbox::new(Sandbox::new(SandboxConfig::default())?);
 //! let bytes = std::fs::read("calculator.wasm")?;
@@ -21,10 +21,8 @@
 //! - [`validate`]: input and output schema checks with errors an agent can act on.
 //! - [`python`]: agent-written Python tools in a CPython guest, and SEARL's `create_and_execute_mcp`.
 //! - [`Toolbox`]: named tools and the one call path (validate, run, validate).
-//! - [`daemon`]: the tool graph served over MCP (stdio and streamable HTTP) with a status API.
 #![warn(missing_docs)]
 
-pub mod daemon;
 pub mod python;
 pub mod sandbox;
 mod toolbox;
