@@ -50,6 +50,9 @@ enum Command {
     /// Train the policy: supervised fine-tuning, reports.
     #[command(subcommand)]
     Train(commands::train::TrainCommand),
+    /// Training jobs in a running daemon (`toolsmith serve --http`): submit, list, show, cancel,
+    /// resume, watch.
+    Jobs(commands::jobs::JobsArgs),
     /// Evaluate a policy on a task set: EM, F1, pass@1, turns, tokens (TT, PT), cost-of-pass.
     Eval(commands::agent::EvalArgs),
     /// Answer one question and show the trace.
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
         Command::Policy(cmd) => commands::policy::run(cmd),
         Command::Serve(args) => commands::serve::run(&env, args),
         Command::Train(cmd) => commands::train::run(&env, cmd),
+        Command::Jobs(args) => commands::jobs::run(args),
         Command::Eval(args) => commands::agent::eval(&env, args),
         Command::Run(args) => commands::agent::run(&env, args),
         Command::World(cmd) => commands::agent::world(&env, cmd),

@@ -2,6 +2,8 @@
 //! in a virtual environment that `scripts/mcp-client-env.sh` creates and caches) over stdio and
 //! streamable HTTP, and raw HTTP/stdio for the bad-input cases no well-behaved client produces.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -70,7 +72,7 @@ fn assert_scenario_passed(out: &Output, report: &Value) {
 struct HttpServer {
     child: Child,
     base: String,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for HttpServer {
@@ -83,9 +85,16 @@ impl Drop for HttpServer {
 impl HttpServer {
     fn start(extra: &[&str]) -> HttpServer {
         let dir = tempfile::tempdir().expect("tempdir");
+        let mut server = HttpServer::start_in(dir.path(), extra);
+        server._dir = Some(dir);
+        server
+    }
+
+    /// A server whose registry (and training jobs) live in `dir`, which outlives it.
+    fn start_in(dir: &Path, extra: &[&str]) -> HttpServer {
         let mut child = toolsmith()
             .arg("--registry")
-            .arg(dir.path().join("registry.db"))
+            .arg(dir.join("registry.db"))
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(extra)
             .stdout(Stdio::null())
@@ -99,8 +108,15 @@ impl HttpServer {
                 break rest.split("/mcp").next().expect("url").to_owned();
             }
         };
-        std::thread::spawn(move || for _ in lines {});
-        HttpServer { child, base, _dir: dir }
+        // Kept for a failing test's output.
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if line.contains("ERROR") || line.contains("WARN") {
+                    eprintln!("server: {line}");
+                }
+            }
+        });
+        HttpServer { child, base, _dir: None }
     }
 
     fn mcp(&self) -> String {
@@ -526,4 +542,223 @@ fn the_policy_endpoint_is_a_real_peer_for_the_openai_backend() {
     assert_eq!(trajectory.finish, toolsmith_agent::Finish::Budget, "{:?}", trajectory.finish);
     assert_eq!(trajectory.turns(), 2);
     assert!(trajectory.steps.iter().all(|s| s.prompt_tokens > 0 && s.response_tokens == 16));
+}
+
+/// A fresh tiny policy in `dir`/base: what the daemon serves and its jobs start from.
+fn base_policy(dir: &Path) -> String {
+    let base = dir.join("base");
+    common::ok(&toolsmith().args(["policy", "init", "--seed", "3", "--out"]).arg(&base).output().expect("init"));
+    base.to_str().expect("utf-8").to_owned()
+}
+
+/// A short SFT job from `init`: oracle traces of one small world, no held-out evaluation, a
+/// checkpoint every 2 steps.
+fn sft_job(init: &str, steps: u64) -> String {
+    json!({"kind": "sft", "config": {
+        "init": init, "seed": 3, "steps": steps, "lr": 3e-3,
+        "batch_tokens": 2500, "micro_batch_tokens": 2500, "threads": 1, "device": "cpu",
+        "eval": null, "checkpoint_every": 2, "tool_format": "brief",
+        "data": {"worlds": {"seeds": [5], "countries": 2, "tasks_per_family": 1, "styles": ["react"]}},
+    }})
+    .to_string()
+}
+
+/// One request to the daemon's HTTP API, with the bearer token when there is one.
+fn api(server: &HttpServer, method: &str, path: &str, body: Option<&str>, token: Option<&str>) -> Reply {
+    let url = format!("{}{path}", server.base);
+    let auth = token.map(|t| format!("Authorization: Bearer {t}"));
+    let mut args = vec!["-X", method, "-H", JSON];
+    if let Some(auth) = &auth {
+        args.extend(["-H", auth.as_str()]);
+    }
+    if let Some(body) = body {
+        args.extend(["--data", body]);
+    }
+    args.push(&url);
+    curl(server, &args)
+}
+
+fn json_of(reply: &Reply) -> Value {
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", reply.status, reply.body))
+}
+
+fn submit(server: &HttpServer, job: &str, token: Option<&str>) -> i64 {
+    let reply = api(server, "POST", "/jobs", Some(job), token);
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    json_of(&reply)["id"].as_i64().expect("id")
+}
+
+/// Polls a job until `done` holds (at most 5 minutes).
+fn wait_for_job(server: &HttpServer, id: i64, token: Option<&str>, done: impl Fn(&Value) -> bool) -> Value {
+    let started = std::time::Instant::now();
+    loop {
+        let job = json_of(&api(server, "GET", &format!("/jobs/{id}"), None, token));
+        if done(&job) {
+            return job;
+        }
+        assert_ne!(job["state"], "failed", "job {id} failed: {job}");
+        assert!(started.elapsed() < Duration::from_secs(300), "job {id} is stuck: {job}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The optimiser step of the weights that answer a chat completion.
+fn served_step(server: &HttpServer, token: Option<&str>) -> u64 {
+    let body = json!({"messages": [{"role": "user", "content": "Where was Ada born?"}], "max_tokens": 1}).to_string();
+    let reply = api(server, "POST", "/v1/chat/completions", Some(&body), token);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    json_of(&reply)["toolsmith"]["step"].as_u64().expect("the response names its checkpoint step")
+}
+
+/// Issue 16, as a user runs it: the daemon serves tools over MCP and the policy over HTTP, takes
+/// an SFT job over HTTP, `toolsmith jobs watch` follows it to the end, and the served model
+/// changes to each checkpoint while MCP calls go on with no failure.
+#[test]
+fn the_daemon_trains_the_policy_it_serves_while_tools_keep_answering() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = base_policy(dir.path());
+    let server = HttpServer::start_in(dir.path(), &["--policy", &base, "--model-name", "tiny"]);
+    assert_eq!(served_step(&server, None), 0);
+    let stop = AtomicBool::new(false);
+    let (id, watched, (calls, failures), seen) = std::thread::scope(|scope| {
+        let mcp = scope.spawn(|| {
+            let session = Session::open(&server);
+            let (mut calls, mut failures) = (0u64, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                calls += 1;
+                let n = calls + 10;
+                let result = session.call(n, "calculator", json!({"expression": format!("{n} * 2")}));
+                if result["isError"] == true || result["structuredContent"]["value"] != json!((n * 2) as f64) {
+                    failures.push(result);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (calls, failures)
+        });
+        let chat = scope.spawn(|| {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                seen.push(served_step(&server, None));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            seen
+        });
+        let id = submit(&server, &sft_job(&base, 6), None);
+        // The CLI front follows the job's metrics stream to its end.
+        let watched =
+            toolsmith().args(["jobs", "--server", &server.base, "watch", &id.to_string()]).output().expect("watch");
+        stop.store(true, Ordering::Relaxed);
+        (id, watched, mcp.join().expect("mcp client"), chat.join().expect("chat client"))
+    });
+    let stdout = common::ok(&watched);
+    assert!(stdout.contains(&format!("job {id} succeeded at step 6/6")), "{stdout}");
+
+    let job = json_of(&api(&server, "GET", &format!("/jobs/{id}"), None, None));
+    assert_eq!(
+        (job["state"].as_str(), job["step"].as_u64(), job["runs"].as_u64()),
+        (Some("succeeded"), Some(6), Some(1))
+    );
+    // Every answer came from a whole checkpoint, in order, ending on the last one.
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    assert!(seen.iter().all(|s| [0, 2, 4, 6].contains(s)), "{seen:?}");
+    assert_eq!(served_step(&server, None), 6);
+    assert!(calls > 0 && failures.is_empty(), "{} of {calls} MCP calls failed: {failures:?}", failures.len());
+
+    // The metrics stream of a finished job: every record, then the job.
+    let stream = api(&server, "GET", &format!("/jobs/{id}/metrics"), None, None);
+    assert!(stream.headers.to_lowercase().contains("text/event-stream"), "{}", stream.headers);
+    let records: Vec<Value> = stream
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| v["kind"] == "train")
+        .collect();
+    assert_eq!(records.iter().map(|r| r["step"].as_u64().unwrap_or(0)).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5, 6]);
+    assert!(stream.body.contains("event: end"), "{}", stream.body);
+
+    let status = json_of(&api(&server, "GET", "/status", None, None));
+    assert_eq!(status["training"]["queued"], 0, "{status}");
+    assert!(status["calls_served"].as_u64().unwrap_or(0) >= calls, "{status}");
+    let list = common::ok(&toolsmith().args(["jobs", "--server", &server.base, "list"]).output().expect("list"));
+    assert!(list.lines().any(|l| l.contains("sft") && l.contains("succeeded") && l.contains("6/6")), "{list}");
+}
+
+/// `kill -9` of the daemon mid-job: the restarted daemon knows the job, resumes it from its last
+/// checkpoint and finishes it with every step recorded once; nothing partial is left, the
+/// registry passes `tools doctor`, and the API (behind the token) refuses bad requests clearly.
+#[test]
+fn a_daemon_killed_mid_job_resumes_it_from_its_last_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").expect("token");
+    let base = base_policy(dir.path());
+    let args = ["--policy", &base, "--token-file", token_file.to_str().expect("utf-8")];
+    let token = Some("s3cret");
+    let server = HttpServer::start_in(dir.path(), &args);
+
+    assert_eq!(api(&server, "GET", "/jobs", None, None).status, 401, "jobs are behind the token");
+    for bad in [
+        "{not json",
+        r#"{"kind": "dpo"}"#,
+        r#"{"kind": "sft", "config": {"stepz": 3}}"#,
+        r#"{"kind": "sft", "config": {"lr": -1}}"#,
+    ] {
+        let reply = api(&server, "POST", "/jobs", Some(bad), token);
+        assert_eq!(reply.status, 400, "{bad}: {}", reply.body);
+        assert!(json_of(&reply)["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", reply.body);
+    }
+    assert_eq!(api(&server, "GET", "/jobs/99", None, token).status, 404);
+
+    let id = submit(&server, &sft_job(&base, 10), token);
+    wait_for_job(&server, id, token, |j| j["checkpoint"].is_string() && j["step"].as_u64().unwrap_or(0) >= 3);
+    let mut server = server;
+    server.child.kill().expect("SIGKILL");
+    server.child.wait().expect("reap");
+    drop(server);
+
+    let server = HttpServer::start_in(dir.path(), &args);
+    let job = wait_for_job(&server, id, token, |j| j["state"] != "queued" && j["state"] != "running");
+    assert_eq!(
+        (job["state"].as_str(), job["step"].as_u64(), job["runs"].as_u64()),
+        (Some("succeeded"), Some(10), Some(2)),
+        "{job}"
+    );
+    let run = dir.path().join("jobs").join(id.to_string());
+    let steps: Vec<u64> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .expect("metrics")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["kind"] == "train")
+        .filter_map(|v| v["step"].as_u64())
+        .collect();
+    assert_eq!(steps, (1..=10).collect::<Vec<_>>());
+    let partial: Vec<_> = std::fs::read_dir(run.join("checkpoints"))
+        .expect("checkpoints")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("partial"))
+        .collect();
+    assert!(partial.is_empty(), "{partial:?}");
+    assert_eq!(served_step(&server, token), 10);
+
+    // Cancel and resume: a cancelled job continues from its checkpoint; a finished one cannot.
+    let second = submit(&server, &sft_job(&base, 4), token);
+    assert_eq!(api(&server, "POST", &format!("/jobs/{second}/cancel"), None, token).status, 200);
+    let cancelled = wait_for_job(&server, second, token, |j| j["state"] != "queued" && j["state"] != "running");
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    assert_eq!(api(&server, "POST", &format!("/jobs/{second}/resume"), None, token).status, 200);
+    let done = wait_for_job(&server, second, token, |j| j["state"] != "queued" && j["state"] != "running");
+    assert_eq!((done["state"].as_str(), done["step"].as_u64()), (Some("succeeded"), Some(4)), "{done}");
+    assert_eq!(api(&server, "POST", &format!("/jobs/{id}/resume"), None, token).status, 409);
+    drop(server);
+
+    let doctor = toolsmith()
+        .arg("--registry")
+        .arg(dir.path().join("registry.db"))
+        .args(["tools", "doctor"])
+        .output()
+        .expect("doctor");
+    common::ok(&doctor);
 }

@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod call;
 pub mod create;
+pub mod jobs;
 pub mod plugin;
 pub mod policy;
 pub mod python;

@@ -11,7 +11,8 @@ use toolsmith_daemon::{Admission, Daemon, ServeOptions, mcp};
 use toolsmith_sandbox::Limits;
 
 use toolsmith_agent::backend::LocalBackend;
-use toolsmith_daemon::chat::chat_router;
+use toolsmith_daemon::chat::{Served, served_router};
+use toolsmith_daemon::jobs::{Jobs, jobs_router};
 
 use super::Env;
 
@@ -62,6 +63,10 @@ pub struct ServeArgs {
     /// The model name the endpoint reports [default: the directory's name].
     #[arg(long)]
     pub model_name: Option<String>,
+    /// Where training jobs keep their database (jobs.db) and run directories (jobs/ID)
+    /// [default: the registry's directory]. Jobs are served over HTTP only.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -90,25 +95,45 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
         },
         ..defaults
     };
-    let chat = match &args.policy {
-        Some(p) => {
-            let policy = super::agent::load_policy(p)?;
-            let name = args.model_name.clone().unwrap_or_else(|| {
-                Path::new(p).file_name().map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned())
-            });
-            Some(chat_router(LocalBackend::new(policy, p), name))
-        }
+    let served = match &args.policy {
+        Some(p) => Some((super::agent::load_policy(p)?, p.clone())),
         None => None,
-    };
+    }
+    .map(|(policy, p)| {
+        let name = args.model_name.clone().unwrap_or_else(|| {
+            Path::new(&p).file_name().map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned())
+        });
+        (Served::new(LocalBackend::new(policy, &p)), name)
+    });
+    let registry_dir = registry.path().parent().map(Path::to_path_buf).unwrap_or_default();
     let daemon = Daemon::new(registry, toolbox, options)?;
     let token = read_token(&args)?;
     let http = match (args.stdio, args.http) {
         (true, None) => None,
         (_, addr) => Some(addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8750)))),
     };
+    let jobs = match http {
+        Some(_) => {
+            let state = args.state_dir.clone().unwrap_or(registry_dir);
+            let jobs = Jobs::open(&state, daemon.clone(), served.as_ref().map(|(s, _)| s.clone()))
+                .with_context(|| format!("cannot open the training jobs in {}", state.display()))?;
+            Some(jobs)
+        }
+        None => None,
+    };
+    let mut extra = served.map(|(s, name)| served_router(s, name));
+    let with_chat = extra.is_some();
+    if let Some(jobs) = &jobs {
+        extra = Some(extra.unwrap_or_default().merge(jobs_router(jobs.clone())));
+    }
     let drain = Duration::from_secs(args.drain_secs);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
+    let runner = match &jobs {
+        Some(jobs) => Some(jobs.spawn_runner().context("cannot start the job runner")?),
+        None => None,
+    };
+    let stop_jobs = jobs.clone();
     runtime.block_on(async move {
         let _watcher = daemon.spawn_watcher();
         let http_task = match http {
@@ -119,10 +144,9 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
                     allowed_origins: args.allow_origins,
                     max_body_bytes: args.max_request_kb.saturating_mul(1024),
                     drain_timeout: drain,
-                    extra_routes: chat,
+                    extra_routes: extra,
                     ..HttpOptions::new(addr)
                 };
-                let with_chat = options.extra_routes.is_some();
                 let server = HttpServer::bind(daemon.clone(), options).await?;
                 let local = server.local_addr()?;
                 // Scripts (and the tests) read this line to find the port.
@@ -130,7 +154,15 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
                 if with_chat {
                     eprintln!("toolsmith serve: chat completions on http://{local}/v1/chat/completions");
                 }
-                Some(tokio::spawn(server.serve(shutdown_signal())))
+                eprintln!("toolsmith serve: training jobs on http://{local}/jobs");
+                let stop = async move {
+                    shutdown_signal().await;
+                    // The running job stops after its step with a checkpoint and stays queued.
+                    if let Some(jobs) = stop_jobs {
+                        jobs.stop();
+                    }
+                };
+                Some(tokio::spawn(server.serve(stop)))
             }
             None => None,
         };
@@ -149,6 +181,14 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
         }
         anyhow::Ok(())
     })?;
+    if let Some(runner) = runner {
+        if let Some(jobs) = &jobs {
+            jobs.stop();
+        }
+        if runner.join().is_err() {
+            tracing::error!("the job runner panicked");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

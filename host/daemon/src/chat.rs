@@ -29,22 +29,80 @@ use toolsmith_policy::{FinishReason, LoadOptions, Policy};
 
 use toolsmith_agent::backend::{BackendError, GenerateOptions, LocalBackend, Message};
 
+/// The served policy: what the endpoints answer with, and what weight swaps (an update request,
+/// or the job runner after each checkpoint) replace. Cheap to clone; clones share the policy.
 #[derive(Clone, Debug)]
-struct ChatState {
+pub struct Served {
     backend: LocalBackend,
-    model: String,
     /// Held through a whole weight update, so two updates cannot swap in out of order.
     updating: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
+impl Served {
+    /// Serves `backend`'s policy.
+    pub fn new(backend: LocalBackend) -> Served {
+        Served { backend, updating: Default::default() }
+    }
+
+    /// The backend the endpoints generate with.
+    pub fn backend(&self) -> &LocalBackend {
+        &self.backend
+    }
+
+    /// The served weights' optimiser step.
+    pub fn step(&self) -> u64 {
+        self.backend.policy().lock().unwrap_or_else(|p| p.into_inner()).state().step
+    }
+
+    /// Loads the checkpoint in `dir` beside the served policy, then swaps it in and returns its
+    /// step. Blocking. Requests in flight hold the policy for their whole generation, so they
+    /// finish on the old weights; no request sees half-loaded ones. A checkpoint of another
+    /// tokenizer or architecture is refused and the old weights keep serving.
+    pub fn swap(&self, dir: &std::path::Path) -> Result<u64, String> {
+        let _one_at_a_time = self.updating.lock().unwrap_or_else(|p| p.into_inner());
+        let shared = self.backend.policy();
+        let (options, tokenizer, config) = {
+            let current = shared.lock().unwrap_or_else(|p| p.into_inner());
+            (
+                LoadOptions { device: current.device(), precision: Some(current.state().precision) },
+                current.tokenizer().hash().to_string(),
+                current.config().spec().ok(),
+            )
+        };
+        // Loaded without the lock: requests keep being served meanwhile.
+        let fresh = Policy::load(dir, options).map_err(|e| e.to_string())?;
+        if fresh.tokenizer().hash() != tokenizer {
+            return Err("the checkpoint's tokenizer differs from the served model's".into());
+        }
+        if fresh.config().spec().ok() != config {
+            return Err("the checkpoint's architecture differs from the served model's".into());
+        }
+        let step = fresh.state().step;
+        *shared.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(step)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct ChatState {
+    backend: LocalBackend,
+    served: Served,
+    model: String,
+}
+
 /// The routes, for [`crate::http::HttpOptions::extra_routes`] or on their own.
 pub fn chat_router(backend: LocalBackend, model: impl Into<String>) -> Router {
+    served_router(Served::new(backend), model)
+}
+
+/// [`chat_router`] over a [`Served`] policy that someone else (the job runner) also swaps.
+pub fn served_router(served: Served, model: impl Into<String>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/update_weights_from_disk", post(update_weights))
-        .with_state(ChatState { backend, model: model.into(), updating: Default::default() })
+        .with_state(ChatState { backend: served.backend.clone(), served, model: model.into() })
 }
 
 #[derive(Debug, Deserialize)]
@@ -232,32 +290,8 @@ async fn update_weights(State(state): State<ChatState>, body: Bytes) -> Response
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request body: {e}")),
     };
-    let backend = state.backend.clone();
-    let updating = state.updating.clone();
-    let joined = tokio::task::spawn_blocking(move || -> Result<u64, String> {
-        let _one_at_a_time = updating.lock().unwrap_or_else(|p| p.into_inner());
-        let shared = backend.policy();
-        let (options, tokenizer, config) = {
-            let current = shared.lock().unwrap_or_else(|p| p.into_inner());
-            (
-                LoadOptions { device: current.device(), precision: Some(current.state().precision) },
-                current.tokenizer().hash().to_string(),
-                current.config().spec().ok(),
-            )
-        };
-        // Loaded without the lock: requests keep being served meanwhile.
-        let fresh = Policy::load(&request.model_path, options).map_err(|e| e.to_string())?;
-        if fresh.tokenizer().hash() != tokenizer {
-            return Err("the checkpoint's tokenizer differs from the served model's".into());
-        }
-        if fresh.config().spec().ok() != config {
-            return Err("the checkpoint's architecture differs from the served model's".into());
-        }
-        let step = fresh.state().step;
-        *shared.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
-        Ok(step)
-    })
-    .await;
+    let served = state.served.clone();
+    let joined = tokio::task::spawn_blocking(move || served.swap(&request.model_path)).await;
     match joined {
         Ok(Ok(step)) => axum::Json(json!({"success": true, "message": "weights updated", "toolsmith": {"step": step}}))
             .into_response(),

@@ -16,13 +16,14 @@
 
 pub mod chat;
 pub mod http;
+pub mod jobs;
 pub mod mcp;
 mod meta;
 mod stats;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use rmcp::model::Tool as McpTool;
@@ -142,6 +143,8 @@ struct Shared {
     announced: AtomicI64,
     shutdown: CancellationToken,
     meta_tools: Vec<(Manifest, toolsmith_sandbox::validate::ToolSchemas)>,
+    /// The training jobs, when this daemon runs them (for `/status`).
+    jobs: OnceLock<jobs::StatusSource>,
 }
 
 struct Loaded {
@@ -204,6 +207,7 @@ impl Daemon {
                 announced: AtomicI64::new(generation),
                 shutdown: CancellationToken::new(),
                 meta_tools,
+                jobs: OnceLock::new(),
                 options,
             }),
         })
@@ -423,11 +427,31 @@ impl Daemon {
             peers.retain(|p| !p.is_transport_closed());
             peers.len()
         };
-        self.shared.stats.report(tools, self.shared.options.concurrency, sessions)
+        let mut report = self.shared.stats.report(tools, self.shared.options.concurrency, sessions);
+        if let Some(jobs) = self.shared.jobs.get() {
+            let jobs = jobs.clone();
+            report.training = tokio::task::spawn_blocking(move || jobs.status()).await.ok();
+        }
+        report
     }
 
-    fn toolbox(&self) -> &Toolbox {
+    pub(crate) fn toolbox(&self) -> &Toolbox {
         &self.shared.toolbox
+    }
+
+    pub(crate) fn set_jobs_status(&self, source: jobs::StatusSource) {
+        if self.shared.jobs.set(source).is_err() {
+            tracing::warn!("a second job queue on one daemon: /status shows the first");
+        }
+    }
+
+    /// Registers tools in the registry (merging near-duplicates), from a blocking thread;
+    /// connected clients hear of the change from the watcher.
+    pub fn register_blocking(
+        &self,
+        tools: Vec<toolsmith_registry::NewTool>,
+    ) -> Result<Vec<toolsmith_registry::Registered>, RegistryError> {
+        lock(&self.shared.registry).register_many(tools, true)
     }
 }
 

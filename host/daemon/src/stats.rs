@@ -34,6 +34,9 @@ pub struct StatusReport {
     pub sessions: usize,
     /// Mean call latency in milliseconds (0 before the first call).
     pub mean_call_ms: f64,
+    /// Training jobs, when the daemon runs them: the running job's progress and the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<crate::jobs::JobsStatus>,
 }
 
 pub(super) struct Stats {
@@ -120,6 +123,7 @@ impl Stats {
             } else {
                 self.total_micros.load(Ordering::Relaxed) as f64 / served as f64 / 1e3
             },
+            training: None,
         }
     }
 }
