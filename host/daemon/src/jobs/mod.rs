@@ -690,7 +690,7 @@ impl Jobs {
 
     /// Registers the agent-written tools of the checkpoint's tool graph in the daemon's registry
     /// (an unchanged tool is left alone, so this repeats safely); returns how many changed it.
-    fn publish_tools(&self, checkpoint: &Path) -> Result<usize, String> {
+    pub fn publish_tools(&self, checkpoint: &Path) -> Result<usize, String> {
         let snapshot = checkpoint.join(toolsmith_train::rl::graph::REGISTRY_FILE);
         if !snapshot.is_file() {
             return Ok(0);
