@@ -82,6 +82,7 @@ pub fn run(env: &Env) -> Result<ExitCode> {
     agent_section(env)?;
     training_section(env)?;
     rl_section(env)?;
+    daemon_training_section(env)?;
 
     if failures > 0 {
         println!("\n{failures} example(s) did not reproduce");
@@ -624,6 +625,96 @@ fn agent_section(env: &Env) -> Result<()> {
         reply.0, reply.1.usage.prompt_tokens, reply.1.usage.completion_tokens, reply.1.finish_reason
     );
     println!("  serve it: toolsmith serve --http 127.0.0.1:8750 --policy DIR; evaluate: toolsmith eval --mode gap");
+    Ok(())
+}
+
+/// The daemon as an operator runs it: the policy served over HTTP, an SFT job submitted to
+/// `/jobs`, its progress in `/status`, and the served weights swapped at each checkpoint.
+fn daemon_training_section(env: &Env) -> Result<()> {
+    use toolsmith_agent::backend::LocalBackend;
+    use toolsmith_daemon::chat::{Served, served_router};
+    use toolsmith_daemon::http::{HttpOptions, HttpServer};
+    use toolsmith_daemon::jobs::{Jobs, jobs_router};
+    use toolsmith_daemon::{Daemon, ServeOptions};
+    use toolsmith_policy::{LoadOptions, Policy};
+
+    println!("\ntraining in the daemon (`toolsmith serve --http ADDR --policy DIR`, then `toolsmith jobs`):");
+    let state = env.policy_dir().with_file_name("quickstart-daemon");
+    if state.exists() {
+        std::fs::remove_dir_all(&state).with_context(|| format!("cannot clear {}", state.display()))?;
+    }
+    let base = state.join("base");
+    Policy::tiny(3, LoadOptions::default())?.save(&base)?;
+    let served = Served::new(LocalBackend::new(Policy::load(&base, LoadOptions::default())?, "base"));
+    let daemon = Daemon::new(env.registry()?, env.toolbox()?, ServeOptions::default())?;
+    let jobs = Jobs::open(&state, daemon.clone(), Some(served.clone()))?;
+    let runner = jobs.spawn_runner()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let result = runtime.block_on(async {
+        let routes = served_router(served, "base").merge(jobs_router(jobs.clone()));
+        let options = HttpOptions { extra_routes: Some(routes), ..HttpOptions::new(([127, 0, 0, 1], 0).into()) };
+        let server = HttpServer::bind(daemon, options).await?;
+        let base_url = format!("http://{}", server.local_addr()?);
+        let stop = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.serve(async move {
+            let _ = stop.1.await;
+        }));
+        let http = reqwest::Client::new();
+        let chat = async || -> Result<Value> {
+            let body = json!({"messages": [{"role": "user", "content": "Where was Ada born?"}], "max_tokens": 4});
+            Ok(http.post(format!("{base_url}/v1/chat/completions")).json(&body).send().await?.json().await?)
+        };
+        println!("  before            -> chat completions answered by step {}", chat().await?["toolsmith"]["step"]);
+        let job = json!({"kind": "sft", "config": {
+            "init": base, "steps": 4, "lr": 3e-3, "batch_tokens": 2500, "micro_batch_tokens": 2500,
+            "device": "cpu", "eval": null, "checkpoint_every": 2, "tool_format": "brief",
+            "data": {"worlds": {"seeds": [5], "countries": 2, "tasks_per_family": 1, "styles": ["react"]}}}});
+        let submitted: Value = http.post(format!("{base_url}/jobs")).json(&job).send().await?.json().await?;
+        let id = submitted["id"].as_i64().ok_or_else(|| anyhow::anyhow!("no job id: {submitted}"))?;
+        println!("  POST /jobs        -> job {id} {}", submitted["state"].as_str().unwrap_or("?"));
+        let mut shown = 0;
+        let done = loop {
+            let job: Value = http.get(format!("{base_url}/jobs/{id}")).send().await?.json().await?;
+            if job["state"] != "queued" && job["state"] != "running" {
+                break job;
+            }
+            let status: Value = http.get(format!("{base_url}/status")).send().await?.json().await?;
+            let live = &status["training"]["running"];
+            let step = live["step"].as_u64().unwrap_or(0);
+            if step > shown {
+                shown = step;
+                println!(
+                    "  GET /status       -> job {id} step {step}/{} loss {:.2}, served weights at step {}",
+                    live["total"],
+                    live["last"]["loss"].as_f64().unwrap_or(f64::NAN),
+                    live["served_step"]
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        println!(
+            "  job {id}             -> {} at step {}/{}; run directory {}",
+            done["state"].as_str().unwrap_or("?"),
+            done["step"],
+            done["total"],
+            done["dir"].as_str().unwrap_or("?")
+        );
+        println!(
+            "  after             -> chat completions answered by step {} (swapped in, no restart)",
+            chat().await?["toolsmith"]["step"]
+        );
+        let _ = stop.0.send(());
+        serving.await??;
+        anyhow::Ok(())
+    });
+    jobs.stop();
+    if runner.join().is_err() {
+        tracing::error!("the quickstart's job runner panicked");
+    }
+    result?;
+    println!(
+        "  try it: toolsmith jobs submit sft --preset tiny-world --watch   (README: Running training in the daemon)"
+    );
     Ok(())
 }
 

@@ -590,12 +590,14 @@ impl Jobs {
         let tools_for = move |corpus: Arc<Corpus>| -> Arc<dyn Executor> {
             Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox.clone(), Limits::default()))
         };
-        // Always "resume": a run with a checkpoint continues from it, one without starts fresh.
+        // A run with a checkpoint continues from it (after a cancel, a failure or a crash); one
+        // without starts fresh.
+        let resume = toolsmith_train::checkpoint::RunDir::create(&job.dir)?.has_checkpoint();
         match job.kind {
             JobKind::Sft => {
                 let config: SftConfig =
                     serde_json::from_value(job.config.clone()).map_err(|e| TrainError::Config(e.to_string()))?;
-                let mut trainer = sft::prepare(config, &job.dir, true, &tools_for)?;
+                let mut trainer = sft::prepare(config, &job.dir, resume, &tools_for)?;
                 self.running(job.id, trainer.cancel_flag());
                 trainer.run(&mut |event| match event {
                     Event::Data { .. } => {}
@@ -610,7 +612,7 @@ impl Jobs {
                 let config: RlConfig =
                     serde_json::from_value(job.config.clone()).map_err(|e| TrainError::Config(e.to_string()))?;
                 let graph = config.graph.is_some();
-                let mut trainer = RlTrainer::prepare(config, &job.dir, true, &tools_for)?;
+                let mut trainer = RlTrainer::prepare(config, &job.dir, resume, &tools_for)?;
                 self.running(job.id, trainer.cancel_flag());
                 trainer.run(&mut |event| match event {
                     RlEvent::Started { iteration, total } => self.started(job.id, iteration, total),
