@@ -743,12 +743,20 @@ fn a_daemon_killed_mid_job_resumes_it_from_its_last_checkpoint() {
     assert!(partial.is_empty(), "{partial:?}");
     assert_eq!(served_step(&server, token), 10);
 
-    // Cancel and resume: a cancelled job continues from its checkpoint; a finished one cannot.
-    let second = submit(&server, &sft_job(&base, 4), token);
-    assert_eq!(api(&server, "POST", &format!("/jobs/{second}/cancel"), None, token).status, 200);
+    // Cancel and resume through the CLI front: a cancelled job continues from its checkpoint; a
+    // finished one cannot.
+    let config = dir.path().join("job.json");
+    let job: Value = serde_json::from_str(&sft_job(&base, 4)).expect("job");
+    std::fs::write(&config, job["config"].to_string()).expect("config");
+    let jobs = |args: &[&str]| {
+        toolsmith().args(["jobs", "--server", &server.base, "--token-file"]).arg(&token_file).args(args).output()
+    };
+    let submitted = common::ok(&jobs(&["submit", "sft", "--config", config.to_str().expect("utf-8")]).expect("submit"));
+    let second: i64 = submitted.trim().parse().expect("submit prints the job's id");
+    common::ok(&jobs(&["cancel", &second.to_string()]).expect("cancel"));
     let cancelled = wait_for_job(&server, second, token, |j| j["state"] != "queued" && j["state"] != "running");
     assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
-    assert_eq!(api(&server, "POST", &format!("/jobs/{second}/resume"), None, token).status, 200);
+    assert!(common::ok(&jobs(&["resume", &second.to_string()]).expect("resume")).contains("queued"));
     let done = wait_for_job(&server, second, token, |j| j["state"] != "queued" && j["state"] != "running");
     assert_eq!((done["state"].as_str(), done["step"].as_u64()), (Some("succeeded"), Some(4)), "{done}");
     assert_eq!(api(&server, "POST", &format!("/jobs/{id}/resume"), None, token).status, 409);
