@@ -74,15 +74,7 @@ struct Client {
 
 impl Client {
     fn new(args: &JobsArgs) -> Result<Client> {
-        let token = match &args.token_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read the token file {}", path.display()))?
-                    .trim()
-                    .to_owned(),
-            ),
-            None => std::env::var("TOOLSMITH_TOKEN").ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()),
-        };
+        let token = super::serve::read_token(args.token_file.as_deref())?;
         Ok(Client { http: reqwest::Client::new(), base: args.server.trim_end_matches('/').to_owned(), token })
     }
 

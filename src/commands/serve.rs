@@ -107,7 +107,7 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
     });
     let registry_dir = registry.path().parent().map(Path::to_path_buf).unwrap_or_default();
     let daemon = Daemon::new(registry, toolbox, options)?;
-    let token = read_token(&args)?;
+    let token = read_token(args.token_file.as_deref())?;
     let http = match (args.stdio, args.http) {
         (true, None) => None,
         (_, addr) => Some(addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8750)))),
@@ -192,8 +192,9 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_token(args: &ServeArgs) -> Result<Option<String>> {
-    let token = match &args.token_file {
+/// The bearer token from `--token-file`, or else `TOOLSMITH_TOKEN` (the server's and the clients').
+pub fn read_token(file: Option<&Path>) -> Result<Option<String>> {
+    let token = match file {
         Some(path) => Some(
             std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read the token file {}", path.display()))?

@@ -97,3 +97,38 @@ fn tools_a_checkpoint_admitted_are_registered_once() {
     // A checkpoint without a tool graph (SFT) publishes nothing.
     assert_eq!(jobs.publish_tools(dir.path()), Ok(0));
 }
+
+#[test]
+fn an_rl_job_runs_to_the_end_with_its_tool_graph_in_each_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = Jobs::open(&dir.path().join("state"), daemon(dir.path()), None).expect("jobs");
+    let runner = jobs.spawn_runner().expect("runner");
+    let job = jobs
+        .submit(
+            JobKind::Rl,
+            json!({
+                "method": "searl", "init": "tiny", "graph": {}, "eval": null, "device": "cpu", "threads": 1,
+                "worlds": {"seeds": [5], "countries": 2, "tasks_per_family": 1, "styles": ["searl"]},
+                "iterations": 2, "tasks_per_iteration": 2, "group_size": 2, "max_turns": 2, "max_tokens": 24,
+                "overlong_cache": 6,
+                "checkpoint_every": 1,
+            }),
+        )
+        .expect("submit");
+    let started = std::time::Instant::now();
+    let done = loop {
+        let now = jobs.get(job.id).expect("get");
+        if now.state.is_terminal() {
+            break now;
+        }
+        assert!(started.elapsed().as_secs() < 300, "stuck: {now:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    jobs.stop();
+    runner.join().expect("runner");
+    assert_eq!((done.state, done.step, done.total, done.runs), (JobState::Succeeded, 2, 2, 1), "{done:?}");
+    let checkpoint = done.checkpoint.expect("a checkpoint");
+    assert!(checkpoint.join("registry.db").is_file(), "{}", checkpoint.display());
+    assert!(done.dir.join("final").is_dir());
+    assert!(jobs.status().running.is_none());
+}
