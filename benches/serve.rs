@@ -3,6 +3,9 @@
 //! p50/p99 latency and errors for 1 client and for 8, and the ratio between them. Exits non-zero
 //! on any error.
 //!
+//! Then, on a daemon that also serves a policy, one client's calls while the daemon is idle and
+//! while it trains an SFT job on the same cores (`TOOLSMITH_BENCH_TRAINING=0` skips this part).
+//!
 //! `cargo bench --bench serve` (release). Environment: `TOOLSMITH_BENCH_CLIENTS` (default "1,8"),
 //! `TOOLSMITH_BENCH_CALLS` (per client, default 500), `TOOLSMITH_BENCH_CONCURRENCY` (the
 //! server's call slots, default: cores).
@@ -32,10 +35,9 @@ impl Drop for Server {
     }
 }
 
-fn start_server(concurrency: Option<&str>) -> Server {
-    let dir = tempfile::tempdir().expect("temp dir");
+fn start_server(concurrency: Option<&str>, extra: &[&str], dir: tempfile::TempDir) -> Server {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolsmith"));
-    cmd.arg("--registry").arg(dir.path().join("registry.db")).args(["serve", "--http", "127.0.0.1:0"]);
+    cmd.arg("--registry").arg(dir.path().join("registry.db")).args(["serve", "--http", "127.0.0.1:0"]).args(extra);
     if let Some(c) = concurrency {
         cmd.args(["--concurrency", c]);
     }
@@ -142,7 +144,7 @@ fn main() {
         .collect();
     let calls: usize = std::env::var("TOOLSMITH_BENCH_CALLS").ok().and_then(|s| s.parse().ok()).unwrap_or(500);
     let concurrency = std::env::var("TOOLSMITH_BENCH_CONCURRENCY").ok();
-    let server = start_server(concurrency.as_deref());
+    let server = start_server(concurrency.as_deref(), &[], tempfile::tempdir().expect("temp dir"));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio");
 
     // Warm-up: compile caches, sessions, the first registry read.
@@ -174,8 +176,74 @@ fn main() {
     if let Some(rss) = peak_rss_mib(server.child.id()) {
         println!("server peak RSS: {rss:.0} MiB");
     }
+    drop(server);
+    if std::env::var("TOOLSMITH_BENCH_TRAINING").as_deref() != Ok("0") {
+        failed |= while_training(&runtime, concurrency.as_deref(), calls);
+    }
     if failed {
         eprintln!("errors during the load test");
         std::process::exit(1);
     }
+}
+
+/// One client's calls on an idle daemon, then while it trains an SFT job; true on any error.
+fn while_training(runtime: &tokio::runtime::Runtime, concurrency: Option<&str>, calls: usize) -> bool {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = dir.path().join("base");
+    let init = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
+        .args(["policy", "init", "--seed", "3", "--out"])
+        .arg(&base)
+        .output()
+        .expect("policy init");
+    assert!(init.status.success(), "policy init failed");
+    let base = base.to_str().expect("utf-8").to_owned();
+    let server = start_server(concurrency, &["--policy", &base], dir);
+    let root = server.url.trim_end_matches("/mcp").to_owned();
+    let http = reqwest::Client::new();
+    let _ = runtime.block_on(run(&server.url, 1, 20));
+    let mut idle = runtime.block_on(run(&server.url, 1, calls));
+    let job = json!({"kind": "sft", "config": {
+        "init": base, "steps": 10_000, "batch_tokens": 2500, "micro_batch_tokens": 2500, "device": "cpu",
+        "eval": null, "checkpoint_every": 50, "tool_format": "brief",
+        "data": {"worlds": {"seeds": [5], "countries": 2, "tasks_per_family": 1, "styles": ["react"]}}}});
+    let training = runtime.block_on(async {
+        let job: serde_json::Value = http.post(format!("{root}/jobs")).json(&job).send().await?.json().await?;
+        // Measure once the trainer is past its data preparation and taking steps.
+        for _ in 0..600 {
+            let status: serde_json::Value = http.get(format!("{root}/status")).send().await?.json().await?;
+            if status["training"]["running"]["step"].as_u64().unwrap_or(0) >= 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let measured = run(&server.url, 1, calls).await;
+        let after: serde_json::Value = http.get(format!("{root}/status")).send().await?.json().await?;
+        let _ = http.post(format!("{root}/jobs/{}/cancel", job["id"])).send().await?;
+        Ok::<_, reqwest::Error>((measured, after["training"]["running"]["step"].as_u64().unwrap_or(0)))
+    });
+    let (mut busy, steps) = match training {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("the training job could not be driven: {e}");
+            return true;
+        }
+    };
+    idle.latencies.sort();
+    busy.latencies.sort();
+    println!("\none client's calculator calls on a daemon serving a policy, idle and while it trains");
+    println!("| daemon | calls | errors | p50 ms | p99 ms | p50 vs idle |");
+    println!("|---|---|---|---|---|---|");
+    let idle_p50 = percentile(&idle.latencies, 0.5);
+    for (name, r) in [("idle", &idle), ("training (SFT, same cores)", &busy)] {
+        println!(
+            "| {name} | {} | {} | {:.2} | {:.2} | {:.2}x |",
+            r.calls,
+            r.errors,
+            percentile(&r.latencies, 0.5),
+            percentile(&r.latencies, 0.99),
+            percentile(&r.latencies, 0.5) / idle_p50
+        );
+    }
+    println!("the job had taken {steps} steps when the calls ended");
+    idle.errors + busy.errors > 0
 }

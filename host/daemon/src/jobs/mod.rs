@@ -296,15 +296,19 @@ impl Store {
                 .query_row("SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1", [], |r| r.get(0))
                 .optional()
                 .map_err(self.err())?;
-            if let Some(id) = id {
-                conn.execute(
-                    "UPDATE jobs SET state = 'running', runs = runs + 1, started_at = ?2, finished_at = NULL,
-                     error = NULL WHERE id = ?1",
-                    params![id, now_ms()],
-                )
-                .map_err(self.err())?;
+            match id {
+                // Guarded on the state, so a job is never claimed twice.
+                Some(id) => conn
+                    .execute(
+                        "UPDATE jobs SET state = 'running', runs = runs + 1, started_at = ?2, finished_at = NULL,
+                         error = NULL WHERE id = ?1 AND state = 'queued'",
+                        params![id, now_ms()],
+                    )
+                    .map_err(self.err())?
+                    .eq(&1)
+                    .then_some(id),
+                None => None,
             }
-            id
         };
         id.map(|id| self.get(id)).transpose()
     }
