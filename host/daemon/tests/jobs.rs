@@ -43,6 +43,10 @@ fn jobs_are_stored_checked_and_known_after_a_restart() {
     let invalid = jobs.submit(JobKind::Sft, json!({"lr": -1.0})).expect_err("negative lr");
     assert!(matches!(invalid, JobError::Invalid(_)), "{invalid}");
     assert_eq!(jobs.list().expect("list").len(), 2);
+    // While this daemon owns the jobs, another one on the same state directory is refused.
+    let second = Jobs::open(&state, daemon(dir.path()), None).expect_err("owned");
+    assert!(matches!(second, JobError::Locked(_)), "{second}");
+    assert!(second.to_string().contains("--state-dir"), "{second}");
     drop(jobs);
 
     // Another daemon on the same state knows both jobs.

@@ -40,7 +40,7 @@ fn error(e: &JobError) -> Response {
     let status = match e {
         JobError::NotFound(_) => StatusCode::NOT_FOUND,
         JobError::Invalid(_) => StatusCode::BAD_REQUEST,
-        JobError::Conflict { .. } => StatusCode::CONFLICT,
+        JobError::Conflict { .. } | JobError::Locked(_) => StatusCode::CONFLICT,
         JobError::Store { .. } | JobError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     };
     (status, axum::Json(json!({"error": {"message": e.to_string()}}))).into_response()

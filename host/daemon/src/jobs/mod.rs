@@ -160,6 +160,9 @@ pub enum JobError {
         /// What cannot be done.
         why: &'static str,
     },
+    /// Another daemon runs the jobs of this state directory.
+    #[error("another daemon runs the jobs in {0}; stop it, or give this one another --state-dir")]
+    Locked(PathBuf),
     /// The jobs database failed.
     #[error("jobs database {path}: {source}")]
     Store {
@@ -355,6 +358,26 @@ impl Store {
     }
 }
 
+/// The lock file of the state directory's jobs.
+pub const LOCK_FILE: &str = "jobs.lock";
+
+/// Takes the state directory's jobs for this process. Another daemon holding them would otherwise
+/// see its running job as orphaned and run it a second time beside it.
+fn own(root: &Path) -> Result<std::fs::File, JobError> {
+    let path = root.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| JobError::Io { path: path.clone(), source })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(JobError::Locked(root.to_owned())),
+        Err(std::fs::TryLockError::Error(source)) => Err(JobError::Io { path, source }),
+    }
+}
+
 /// The running job, as the runner last heard of it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Live {
@@ -378,6 +401,8 @@ pub struct Live {
 
 struct Inner {
     store: Store,
+    /// Held while this daemon owns the state directory's jobs (released by the OS on any exit).
+    _owner: std::fs::File,
     live: Mutex<Option<Live>>,
     cancel: Mutex<Option<(i64, Arc<AtomicBool>)>>,
     /// Running jobs asked to stop, kept until the trainer's flag exists (a cancel can arrive
@@ -426,12 +451,14 @@ impl Jobs {
     /// after each checkpoint. Jobs a dead daemon left running are queued again.
     pub fn open(root: &Path, daemon: Daemon, served: Option<Served>) -> Result<Jobs, JobError> {
         let store = Store::open(root)?;
+        let owner = own(root)?;
         let orphans = store.requeue_orphans()?;
         if orphans > 0 {
             tracing::warn!(orphans, "jobs left running by a daemon that stopped are queued again; they resume");
         }
         let inner = Arc::new(Inner {
             store,
+            _owner: owner,
             live: Mutex::new(None),
             cancel: Mutex::new(None),
             requested: Mutex::new(Default::default()),
