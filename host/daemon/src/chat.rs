@@ -49,11 +49,6 @@ impl Served {
         &self.backend
     }
 
-    /// The served weights' optimiser step.
-    pub fn step(&self) -> u64 {
-        self.backend.policy().lock().unwrap_or_else(|p| p.into_inner()).state().step
-    }
-
     /// Loads the checkpoint in `dir` beside the served policy, then swaps it in and returns its
     /// step. Blocking. Requests in flight hold the policy for their whole generation, so they
     /// finish on the old weights; no request sees half-loaded ones. A checkpoint of another
@@ -85,7 +80,6 @@ impl Served {
 
 #[derive(Clone, Debug)]
 struct ChatState {
-    backend: LocalBackend,
     served: Served,
     model: String,
 }
@@ -102,7 +96,7 @@ pub fn served_router(served: Served, model: impl Into<String>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/update_weights_from_disk", post(update_weights))
-        .with_state(ChatState { backend: served.backend.clone(), served, model: model.into() })
+        .with_state(ChatState { served, model: model.into() })
 }
 
 #[derive(Debug, Deserialize)]
@@ -225,7 +219,7 @@ async fn completions(State(state): State<ChatState>, body: Bytes) -> Response {
     };
     let want_logprobs = matches!(request.logprobs, Some(Value::Bool(true) | Value::Number(_)));
     let model = request.model.unwrap_or(state.model.clone());
-    let backend = state.backend.clone();
+    let backend = state.served.backend().clone();
     let prompt = request.prompt;
     let joined =
         tokio::task::spawn_blocking(move || -> Result<(Vec<i64>, toolsmith_policy::Generation, u64), BackendError> {
@@ -325,7 +319,7 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
     let id = format!("chatcmpl-{}", now());
     let messages = request.messages;
     if !request.stream {
-        let backend = state.backend.clone();
+        let backend = state.served.backend().clone();
         let joined = tokio::task::spawn_blocking(move || backend.complete_stepped(&messages, &options, None)).await;
         return match joined {
             Ok(Ok((c, step))) => axum::Json(json!({
@@ -348,7 +342,7 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
         }
     };
-    let backend = state.backend.clone();
+    let backend = state.served.backend().clone();
     let on_panic = tx.clone();
     let generation = tokio::task::spawn_blocking(move || {
         let _ = tx.send(chunk(json!({"role": "assistant", "content": ""}), Value::Null));

@@ -98,7 +98,8 @@ async fn metrics(State(jobs): State<Jobs>, Path(id): Path<i64>) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
     let file = job.dir.join(toolsmith_train::metrics::METRICS_FILE);
     tokio::spawn(async move {
-        let mut sent = 0usize;
+        // Bytes of the file already sent, always at a line's end.
+        let mut offset = 0u64;
         loop {
             // Read the state first: records written before a job ends are then all on disk.
             let job = {
@@ -108,18 +109,11 @@ async fn metrics(State(jobs): State<Jobs>, Path(id): Path<i64>) -> Response {
                     Err(_) => return,
                 }
             };
-            let text = tokio::fs::read_to_string(&file).await.unwrap_or_default();
-            // Only whole lines: the writer may be midway through one.
-            let lines: Vec<&str> = text.split_inclusive('\n').filter(|l| l.ends_with('\n')).collect();
-            if lines.len() < sent {
-                sent = lines.len();
-            }
-            for line in &lines[sent..] {
-                if tx.send(Event::default().data(line.trim_end())).await.is_err() {
+            for line in appended(&file, &mut offset).await {
+                if tx.send(Event::default().data(line)).await.is_err() {
                     return;
                 }
             }
-            sent = lines.len();
             if job.state.is_terminal() {
                 let end = Event::default().event("end").data(serde_json::to_string(&job).unwrap_or_default());
                 let _ = tx.send(end).await;
@@ -131,4 +125,24 @@ async fn metrics(State(jobs): State<Jobs>, Path(id): Path<i64>) -> Response {
     let events = tokio_stream::wrappers::ReceiverStream::new(rx);
     let events = tokio_stream::StreamExt::map(events, Ok::<Event, Infallible>);
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// The whole lines appended to `file` since `offset`, which moves past them (the writer may be
+/// midway through the last line). A file shorter than `offset` was cut back to a checkpoint by a
+/// resumed run: what it still holds was sent, so reading goes on from its new end.
+async fn appended(file: &std::path::Path, offset: &mut u64) -> Vec<String> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+    let Ok(mut f) = tokio::fs::File::open(file).await else { return Vec::new() };
+    let len = f.metadata().await.map(|m| m.len()).unwrap_or(0);
+    if len < *offset {
+        *offset = len;
+    }
+    let mut bytes = Vec::new();
+    if f.seek(std::io::SeekFrom::Start(*offset)).await.is_err() || f.read_to_end(&mut bytes).await.is_err() {
+        return Vec::new();
+    }
+    let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    *offset += whole as u64;
+    String::from_utf8_lossy(&bytes[..whole]).lines().map(str::to_owned).collect()
 }
