@@ -32,6 +32,7 @@ mod convert;
 mod error;
 mod manifest;
 pub mod schemas;
+pub mod sync;
 
 pub use error::{ErrorKind, PythonException, StructuredError};
 pub use manifest::{Example, Manifest, ManifestError, NAME_MAX_LEN, NAME_PATTERN, Provenance, ToolKind, ToolName};

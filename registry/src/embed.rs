@@ -103,7 +103,7 @@ impl Embedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let mut model = self.model.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut model = toolsmith_contract::sync::lock(&self.model);
         let vectors =
             model.embed(texts, Some(texts.len().min(256))).map_err(|e| RegistryError::Embedding(e.to_string()))?;
         if let Some(bad) = vectors.iter().find(|v| v.len() != DIM) {

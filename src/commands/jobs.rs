@@ -35,8 +35,8 @@ pub enum JobsCommand {
         /// A preset (e.g. tiny-world).
         #[arg(long)]
         preset: Option<String>,
-        /// RL: gap, searl, mempo or mtr (picks the defaults).
-        #[arg(long)]
+        /// RL: the method (picks the defaults).
+        #[arg(long, value_parser = super::train::methods())]
         method: Option<String>,
         /// Then follow it like `jobs watch`.
         #[arg(long)]
@@ -164,16 +164,11 @@ fn job_config(kind: &str, file: Option<PathBuf>, preset: Option<String>, method:
             serde_json::to_value(config)?
         }
         "rl" => {
-            let method = match &method {
-                Some(m) => {
-                    Some(Method::parse(m).with_context(|| format!("unknown method {m:?}: gap, searl, mempo or mtr"))?)
-                }
-                None => None,
-            };
+            let method = method.as_deref().map(Method::parse_or_explain).transpose()?;
             let config = match (preset, file) {
-                (Some(p), _) => RlConfig::preset(&p, method.unwrap_or(Method::Gap))?,
+                (Some(p), _) => RlConfig::preset(&p, method.unwrap_or(Method::GAP))?,
                 (None, Some(f)) => RlConfig::from_file(&f)?,
-                (None, None) => RlConfig::for_method(method.unwrap_or(Method::Gap)),
+                (None, None) => RlConfig::for_method(method.unwrap_or(Method::GAP)),
             };
             serde_json::to_value(config)?
         }

@@ -375,7 +375,7 @@ fn training_section(env: &Env) -> Result<()> {
             "  data              -> {sequences} oracle traces of world 5 (gap style): {tokens} tokens, {:.0}% of them the assistant's (the loss); observations masked",
             100.0 * trained_tokens as f64 / tokens.max(1) as f64
         ),
-        Event::Step(m) => {
+        Event::Step(toolsmith_train::metrics::Record::Train(m)) => {
             losses.push(m.loss);
             rates.push(m.tokens_per_sec);
         }
@@ -404,11 +404,12 @@ fn rl_section(env: &Env) -> Result<()> {
     use toolsmith_agent::tools::{Executor, LocalTools};
     use toolsmith_agent::{Agent, AgentConfig, Mode};
     use toolsmith_policy::{LoadOptions, Policy};
+    use toolsmith_train::Event;
     use toolsmith_train::config::WorldsData;
+    use toolsmith_train::metrics::Record;
     use toolsmith_train::rl::advantage::{GroupNorm, group_advantages};
     use toolsmith_train::rl::episode::episode_sequences;
-    use toolsmith_train::rl::reward::{self, RewardConfig};
-    use toolsmith_train::rl::{Method, RlConfig, RlEvent, RlTrainer};
+    use toolsmith_train::rl::{Method, RlConfig, RlTrainer};
     use toolsmith_train::sequence::SequenceBuilder;
 
     println!("\nreinforcement learning (group-relative; `toolsmith train rl`):");
@@ -420,6 +421,7 @@ fn rl_section(env: &Env) -> Result<()> {
     let policy = Arc::new(Mutex::new(Policy::load(&init, LoadOptions::default())?));
     let backend = Arc::new(BatchedBackend::new(policy.clone(), "quickstart-sft", BatchConfig::default()));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let (searl, searl_config) = (Method::SEARL.spec().assign, RlConfig::for_method(Method::SEARL));
     let episodes = runtime.block_on(async {
         let handles: Vec<_> = (0..4_u64)
             .map(|seed| {
@@ -437,7 +439,7 @@ fn rl_section(env: &Env) -> Result<()> {
         anyhow::Ok(episodes)
     })?;
     let rewards: Vec<f64> =
-        episodes.iter().map(|e| reward::searl(e, &task.golden_answers, &RewardConfig::default()).total).collect();
+        episodes.iter().map(|e| searl.reward(e, &task.golden_answers, &searl_config).total).collect();
     let advantages = group_advantages(&rewards, GroupNorm::MeanStd);
     let show = |v: &[f64]| v.iter().map(|x| format!("{x:+.2}")).collect::<Vec<_>>().join(" ");
     println!("  a group of 4      -> episodes of one task sampled at temperature 1, their turns decoded as one batch");
@@ -475,7 +477,7 @@ fn rl_section(env: &Env) -> Result<()> {
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
     }
-    let base = RlConfig::for_method(Method::Searl);
+    let base = RlConfig::for_method(Method::SEARL);
     let config = RlConfig {
         init: init.to_string_lossy().into_owned(),
         worlds: WorldsData { seeds: vec![5], countries: 2, tasks_per_family: 1, styles: vec![Mode::Searl] },
@@ -491,7 +493,7 @@ fn rl_section(env: &Env) -> Result<()> {
     let tools_for = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
     let mut trainer = RlTrainer::prepare(config, &out, false, &tools_for)?;
     trainer.run(&mut |e| {
-        if let RlEvent::Iteration(m) = e {
+        if let Event::Step(Record::Iteration(m)) = e {
             println!(
                 "  1 iteration       -> {} episodes in {} groups: reward {:.2}, KL {:.4}, clip {:.3}, entropy {:.2}, {:.0} rollout tokens/s",
                 m.episodes, m.groups, m.reward, m.kl, m.clip_fraction, m.entropy, m.rollout_tokens_per_sec

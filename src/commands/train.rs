@@ -14,8 +14,9 @@ use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_sandbox::{Limits, Toolbox};
 use toolsmith_train::config::SftConfig;
 use toolsmith_train::metrics::EvalMetrics;
-use toolsmith_train::rl::{Method, RlConfig, RlEvent, RlTrainer};
-use toolsmith_train::{Event, metrics, report, sft};
+use toolsmith_train::metrics::Record;
+use toolsmith_train::rl::{Method, RlConfig, RlTrainer};
+use toolsmith_train::{Event, Resume, metrics, report, sft};
 
 use super::Env;
 
@@ -87,6 +88,28 @@ pub struct RunArgs {
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,
+    /// With --resume: accept settings that differ from the run's (recorded in its metrics);
+    /// without it, a resume that changes a run-defining setting is refused.
+    #[arg(long, requires = "resume")]
+    pub allow_config_change: bool,
+}
+
+impl RunArgs {
+    fn resume(&self) -> Resume {
+        match (self.resume, self.allow_config_change) {
+            (false, _) => Resume::No,
+            (true, false) => Resume::Yes,
+            (true, true) => Resume::AllowingChanges,
+        }
+    }
+}
+
+/// `--method`'s values, from the trainer's table of methods.
+pub(super) fn methods() -> clap::builder::PossibleValuesParser {
+    Method::all()
+        .map(|m| clap::builder::PossibleValue::new(m.name()).aliases(m.spec().aliases).help(m.spec().summary))
+        .collect::<Vec<_>>()
+        .into()
 }
 
 /// Applies the [`RunArgs`] flags given to a config (SFT's or RL's: the fields share names).
@@ -122,8 +145,8 @@ macro_rules! apply_run_flags {
 pub struct RlArgs {
     #[command(flatten)]
     pub run: RunArgs,
-    /// gap, searl, mempo or mtr (each starts from its paper's settings).
-    #[arg(long)]
+    /// The method (each starts from its paper's settings).
+    #[arg(long, value_parser = methods())]
     pub method: Option<String>,
     /// Iterations.
     #[arg(long)]
@@ -233,7 +256,7 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
     let toolbox: OnceLock<Option<Toolbox>> = OnceLock::new();
     let tools_for = tools_for(env, &toolbox);
     let spinner = super::tools::spinner("preparing the policy and the data");
-    let trainer = sft::prepare(config, &args.run.out, args.run.resume, &tools_for);
+    let trainer = sft::prepare(config, &args.run.out, args.run.resume(), &tools_for);
     spinner.finish_and_clear();
     let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.run.out.display()))?;
     let bar = progress_bar("step");
@@ -252,7 +275,7 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
                 say(format!("resumed at step {step} of {total}"));
             }
         }
-        Event::Step(m) => {
+        Event::Step(Record::Train(m)) => {
             bar.set_position(m.step);
             bar.set_message(format!(
                 "loss {:.3} · lr {:.2e} · |g| {:.2} · {:.0} tok/s",
@@ -264,6 +287,7 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
         Event::Checkpoint { step, dir } => {
             tracing::info!(step, dir = %dir.display(), "checkpoint");
         }
+        Event::Step(_) => {}
     };
     stop_on_ctrl_c(trainer.cancel_flag());
     let result = trainer.run(&mut on_event);
@@ -338,14 +362,14 @@ fn tools_for<'a>(
 fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
     let saved = args.run.out.join("config.json");
     let method = match &args.method {
-        Some(m) => Some(Method::parse(m).with_context(|| format!("unknown method {m:?}: gap, searl, mempo or mtr"))?),
+        Some(m) => Some(Method::parse_or_explain(m)?),
         None => None,
     };
     let mut config = match (&args.run.preset, &args.run.config) {
-        (Some(p), _) => RlConfig::preset(p, method.unwrap_or(Method::Gap))?,
+        (Some(p), _) => RlConfig::preset(p, method.unwrap_or(Method::GAP))?,
         (None, Some(file)) => RlConfig::from_file(file)?,
         (None, None) if args.run.resume && saved.exists() => RlConfig::from_file(&saved)?,
-        (None, None) => RlConfig::for_method(method.unwrap_or(Method::Gap)),
+        (None, None) => RlConfig::for_method(method.unwrap_or(Method::GAP)),
     };
     if let Some(m) = method
         && m != config.method
@@ -386,13 +410,13 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
     let toolbox: OnceLock<Option<Toolbox>> = OnceLock::new();
     let tools_for = tools_for(env, &toolbox);
     let spinner = super::tools::spinner("preparing the policy and the training worlds");
-    let trainer = RlTrainer::prepare(config, &args.run.out, args.run.resume, &tools_for);
+    let trainer = RlTrainer::prepare(config, &args.run.out, args.run.resume(), &tools_for);
     spinner.finish_and_clear();
     let mut trainer = trainer.with_context(|| format!("cannot start the run in {}", args.run.out.display()))?;
     let bar = progress_bar("iteration");
     let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
-    let mut on_event = |event: RlEvent<'_>| match event {
-        RlEvent::Started { iteration, total } => {
+    let mut on_event = |event: Event<'_>| match event {
+        Event::Started { step: iteration, total } => {
             bar.set_length(total);
             bar.set_position(iteration);
             bar.reset_eta();
@@ -400,7 +424,7 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
                 say(format!("resumed at iteration {iteration} of {total}"));
             }
         }
-        RlEvent::Iteration(m) => {
+        Event::Step(Record::Iteration(m)) => {
             bar.set_position(m.iteration);
             let mut line = format!(
                 "reward {:.3} · EM {:.2} · KL {:.4} · clip {:.3} · entropy {:.2} · {} groups ({} dropped) · {:.0} tok/s",
@@ -417,9 +441,10 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
             }
             bar.set_message(line);
         }
-        RlEvent::EvalStarted { iteration } => bar.set_message(format!("held-out evaluation at iteration {iteration}…")),
-        RlEvent::Eval(e) => say(eval_line(e)),
-        RlEvent::Checkpoint { iteration, dir } => tracing::info!(iteration, dir = %dir.display(), "checkpoint"),
+        Event::EvalStarted { step } => bar.set_message(format!("held-out evaluation at iteration {step}…")),
+        Event::Eval(e) => say(eval_line(e)),
+        Event::Checkpoint { step, dir } => tracing::info!(iteration = step, dir = %dir.display(), "checkpoint"),
+        Event::Step(_) | Event::Data { .. } => {}
     };
     stop_on_ctrl_c(trainer.cancel_flag());
     let result = trainer.run(&mut on_event);

@@ -29,7 +29,7 @@ impl Retriever for RegistryRetriever {
         let queries = queries.to_vec();
         Box::pin(async move {
             let found = tokio::task::spawn_blocking(move || -> Result<Vec<Manifest>, RegistryError> {
-                let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
+                let mut r = toolsmith_contract::sync::lock(&registry);
                 let hits = r.search(&SearchRequest::new(queries).k(k).expand(true))?;
                 hits.iter().map(|h| r.get(&h.name).map(|t| t.manifest)).collect()
             })

@@ -32,7 +32,7 @@ impl ToolActor {
     /// An actor over a shared policy; `params` sets sampling and the token budget.
     pub fn new(policy: Arc<Mutex<Policy>>, params: SamplingParams) -> Result<Self, toolsmith_policy::PolicyError> {
         let table = {
-            let p = policy.lock().unwrap_or_else(|e| e.into_inner());
+            let p = toolsmith_contract::sync::lock(&policy);
             Arc::new(TokenTable::new(p.tokenizer())?)
         };
         Ok(ToolActor { policy, table, grammars: Arc::default(), params, calls: Arc::default() })
@@ -40,7 +40,7 @@ impl ToolActor {
 
     fn grammar(&self, manifest: &Manifest) -> Result<Arc<JsonSchemaGrammar>, StructuredError> {
         let key = format!("{}@{}", manifest.name.as_str(), manifest.version);
-        let mut cache = self.grammars.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = toolsmith_contract::sync::lock(&self.grammars);
         if let Some(g) = cache.get(&key) {
             return Ok(g.clone());
         }
@@ -71,7 +71,7 @@ impl ToolActor {
     pub fn simulate_blocking(&self, manifest: &Manifest, args: &Value) -> Result<Value, StructuredError> {
         let name = manifest.name.as_str();
         let grammar = self.grammar(manifest)?;
-        let policy = self.policy.lock().unwrap_or_else(|e| e.into_inner());
+        let policy = toolsmith_contract::sync::lock(&self.policy);
         let tool_error = |e: String| StructuredError::new(ErrorKind::ToolError, name, e);
         let prompt = prompt_ids(&policy, &Self::messages(manifest, args)).map_err(|e| tool_error(e.to_string()))?;
         let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -206,7 +206,7 @@ impl ToolActor {
         n: usize,
     ) -> Result<Vec<Result<Manifest, Rejected>>, toolsmith_policy::PolicyError> {
         let grammar = JsonSchemaGrammar::compile(&interface_schema())?;
-        let policy = self.policy.lock().unwrap_or_else(|e| e.into_inner());
+        let policy = toolsmith_contract::sync::lock(&self.policy);
         let prompt = prompt_ids(&policy, &ToolMaker::messages(task))
             .map_err(|e| toolsmith_policy::PolicyError::Sampling(format!("cannot render the prompt: {e}")))?;
         let prompts = vec![prompt; n];

@@ -153,7 +153,7 @@ impl LocalTools {
         let schemas = ToolSchemas::compile(&manifest.input_schema, &manifest.output_schema).map_err(|e| {
             StructuredError::new(ErrorKind::InvalidArgs, manifest.name.as_str(), format!("invalid schema: {e}"))
         })?;
-        let mut table = self.simulated.write().unwrap_or_else(|p| p.into_inner());
+        let mut table = toolsmith_contract::sync::write(&self.simulated);
         table.insert(manifest.name.as_str().to_string(), Arc::new(Checked { manifest, schemas }));
         Ok(())
     }
@@ -163,7 +163,7 @@ impl LocalTools {
     }
 
     fn simulated(&self, name: &str) -> Option<Arc<Checked>> {
-        self.simulated.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        toolsmith_contract::sync::read(&self.simulated).get(name).cloned()
     }
 }
 
@@ -195,8 +195,8 @@ impl Executor for LocalTools {
         if self.has_python() {
             out.push(create_tool_manifest());
         }
-        out.extend(self.installed.read().unwrap_or_else(|p| p.into_inner()).values().map(|t| t.manifest.clone()));
-        out.extend(self.simulated.read().unwrap_or_else(|p| p.into_inner()).values().map(|c| c.manifest.clone()));
+        out.extend(toolsmith_contract::sync::read(&self.installed).values().map(|t| t.manifest.clone()));
+        out.extend(toolsmith_contract::sync::read(&self.simulated).values().map(|c| c.manifest.clone()));
         out
     }
 
@@ -206,7 +206,7 @@ impl Executor for LocalTools {
             StructuredError::new(ErrorKind::InvalidComponent, name, "these tools have no sandbox to run it in")
         })?;
         let tool = toolbox.load_stored(manifest, blob)?;
-        self.installed.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), tool);
+        toolsmith_contract::sync::write(&self.installed).insert(name.to_string(), tool);
         Ok(())
     }
 
@@ -239,7 +239,7 @@ impl Executor for LocalTools {
                     .and_then(|v| checked.schemas.check_output(name, &v).map(|()| v));
                 return ToolResult::of(out);
             }
-            let installed = self.installed.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned();
+            let installed = toolsmith_contract::sync::read(&self.installed).get(name).cloned();
             let is_create = installed.is_none() && name == CREATE_TOOL && self.has_python();
             let toolbox = match &self.toolbox {
                 Some(t) if installed.is_some() || is_create || t.get(name).is_some() => t.clone(),

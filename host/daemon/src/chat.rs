@@ -54,10 +54,10 @@ impl Served {
     /// finish on the old weights; no request sees half-loaded ones. A checkpoint of another
     /// tokenizer or architecture is refused and the old weights keep serving.
     pub fn swap(&self, dir: &std::path::Path) -> Result<u64, String> {
-        let _one_at_a_time = self.updating.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_at_a_time = toolsmith_contract::sync::lock(&self.updating);
         let shared = self.backend.policy();
         let (options, tokenizer, config) = {
-            let current = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let current = toolsmith_contract::sync::lock(&shared);
             (
                 LoadOptions { device: current.device(), precision: Some(current.state().precision) },
                 current.tokenizer().hash().to_string(),
@@ -73,7 +73,7 @@ impl Served {
             return Err("the checkpoint's architecture differs from the served model's".into());
         }
         let step = fresh.state().step;
-        *shared.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+        *toolsmith_contract::sync::lock(&shared) = fresh;
         Ok(step)
     }
 }
@@ -224,7 +224,7 @@ async fn completions(State(state): State<ChatState>, body: Bytes) -> Response {
     let joined =
         tokio::task::spawn_blocking(move || -> Result<(Vec<i64>, toolsmith_policy::Generation, u64), BackendError> {
             let policy = backend.policy();
-            let policy = policy.lock().unwrap_or_else(|p| p.into_inner());
+            let policy = toolsmith_contract::sync::lock(&policy);
             let ids = match prompt {
                 Prompt::Ids(ids) => ids,
                 Prompt::Text(text) => policy.tokenizer().encode(&text)?,
@@ -235,7 +235,7 @@ async fn completions(State(state): State<ChatState>, body: Bytes) -> Response {
                     "the prompt must be token ids in 0..{vocab}, at least one"
                 )));
             }
-            let context = usize::try_from(policy.config().common().max_position_embeddings).unwrap_or(usize::MAX);
+            let context = policy.context_len();
             if ids.len() >= context {
                 return Err(BackendError::ContextFull { prompt: ids.len(), context });
             }

@@ -23,7 +23,7 @@ mod stats;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rmcp::model::Tool as McpTool;
@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use toolsmith_contract::sync::lock;
 use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};
 use toolsmith_registry::{Registry, RegistryError};
 
@@ -151,12 +152,6 @@ struct Loaded {
     version: String,
     blob: Option<String>,
     tool: Arc<Tool>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves consistent data behind (every critical
-    // section is a single read or replace), so serving goes on.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Errors that stop the daemon from starting.

@@ -98,14 +98,14 @@ impl Stats {
                 self.ok.fetch_add(1, Ordering::Relaxed);
             }
             Some(kind) => {
-                *self.failures.lock().unwrap_or_else(|p| p.into_inner()).entry(kind).or_default() += 1;
+                *toolsmith_contract::sync::lock(&self.failures).entry(kind).or_default() += 1;
             }
         }
     }
 
     pub(super) fn report(&self, tools: Option<usize>, concurrency: usize, sessions: usize) -> StatusReport {
         let served = self.served.load(Ordering::Relaxed);
-        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let failures = toolsmith_contract::sync::lock(&self.failures);
         StatusReport {
             status: "ok".into(),
             name: "toolsmith".into(),

@@ -17,6 +17,7 @@ use toolsmith_policy::tch;
 use toolsmith_policy::{LoadOptions, Policy};
 use toolsmith_train::metrics::{Record, read};
 use toolsmith_train::rl::config::EngineConfig;
+use toolsmith_train::rl::config::OldLogprobs;
 use toolsmith_train::rl::episode::episode_sequences;
 use toolsmith_train::rl::{Method, RlConfig, RlTrainer};
 use toolsmith_train::sequence::SequenceBuilder;
@@ -36,7 +37,7 @@ fn max_scoring_difference(policy: &Policy, episodes: &[Trajectory]) -> (usize, f
     let (mut scored, mut max_diff) = (0, 0.0_f64);
     for trajectory in episodes {
         for seq in episode_sequences(&builder, trajectory).expect("sequences") {
-            let (n, diff) = common::rescore(policy, &seq);
+            let (n, diff) = common::rescore(policy, &seq, 1.0);
             scored += n;
             max_diff = max_diff.max(diff);
         }
@@ -96,7 +97,7 @@ fn an_rl_run_samples_on_the_engine_and_pushes_every_update() {
     let (url, served) = engine(&runtime, 7);
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
-    let base = RlConfig::for_method(Method::Gap);
+    let base = RlConfig::for_method(Method::GAP);
     let config = RlConfig {
         worlds: toolsmith_train::config::WorldsData {
             seeds: vec![5],
@@ -136,6 +137,64 @@ fn an_rl_run_samples_on_the_engine_and_pushes_every_update() {
     for (name, t) in &a {
         let diff = (t - &b[name]).abs().max().double_value(&[]);
         assert!(diff == 0.0, "{name} differs by {diff}");
+    }
+    // The weights were pushed before every rollout: the trainer's rescoring agrees with the
+    // engine's log-probs, and the gap is recorded.
+    for gap in gaps(&out) {
+        assert!(gap.is_some_and(|g| g < 1e-3), "{gap:?}");
+    }
+}
+
+fn gaps(run: &std::path::Path) -> Vec<Option<f64>> {
+    read(&run.join("metrics.jsonl"))
+        .expect("metrics")
+        .into_iter()
+        .filter_map(|r| if let Record::Iteration(m) = r { Some(m.engine_logprob_gap) } else { None })
+        .collect()
+}
+
+#[test]
+fn an_engine_that_lags_the_trainer_is_measured_and_corrected() {
+    tch::set_num_threads(1);
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    // The engine serves other weights than the trainer's and is never updated.
+    let (url, _served) = engine(&runtime, 7);
+    let tools = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
+    for old_logprobs in [OldLogprobs::Recompute, OldLogprobs::Tis] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("run");
+        let config = RlConfig {
+            worlds: toolsmith_train::config::WorldsData {
+                seeds: vec![5],
+                countries: 2,
+                tasks_per_family: 1,
+                styles: vec![Mode::Gap],
+            },
+            eval: None,
+            iterations: 1,
+            tasks_per_iteration: 2,
+            group_size: 2,
+            max_turns: 2,
+            max_tokens: 16,
+            dynamic_sampling: false,
+            lr: 1e-3,
+            threads: 1,
+            device: "cpu".into(),
+            engine: Some(EngineConfig {
+                url: url.clone(),
+                push_weights: false,
+                old_logprobs,
+                ..EngineConfig::default()
+            }),
+            ..RlConfig::for_method(Method::GAP)
+        };
+        let mut trainer = RlTrainer::prepare(config, &out, false, &tools).expect("prepare");
+        trainer.run(&mut |_| {}).expect("trains on the engine's samples");
+        // The engine's log-probs are another model's: the gap is large and recorded; the update
+        // used the trainer's own (and, with TIS, weights capped at 2), so it stayed finite.
+        let gaps = gaps(&out);
+        assert_eq!(gaps.len(), 1);
+        assert!(gaps[0].is_some_and(|g| g > 1e-2), "{old_logprobs:?}: {gaps:?}");
     }
 }
 

@@ -144,7 +144,37 @@ fn precision_of(kind: Kind) -> Precision {
     }
 }
 
+/// What a policy is made of besides its weights: the files that describe it.
+struct Files {
+    config: ModelConfig,
+    config_json: Value,
+    tokenizer: Tokenizer,
+    tokenizer_json: Vec<u8>,
+    tokenizer_config: Option<Value>,
+}
+
 impl Policy {
+    /// The one place a policy is put together: each constructor builds the weights its way.
+    fn assemble(vs: VarStore, model: Transformer, files: Files, state: PolicyState) -> Self {
+        let Files { config, config_json, tokenizer, tokenizer_json, tokenizer_config } = files;
+        Self {
+            vs,
+            model,
+            config,
+            config_json,
+            tokenizer,
+            tokenizer_json,
+            tokenizer_config,
+            state,
+            weights_id: next_weights_id(),
+        }
+    }
+
+    /// The context length in tokens (the model's `max_position_embeddings`).
+    pub fn context_len(&self) -> usize {
+        usize::try_from(self.config.common().max_position_embeddings).unwrap_or(usize::MAX)
+    }
+
     /// A freshly initialised model (weights drawn with the config's `initializer_range` from
     /// libtorch's generator seeded with `seed`).
     pub fn init(
@@ -167,7 +197,7 @@ impl Policy {
         // libtorch's generator is global: two models initialised at once on different threads
         // would interleave their draws, and neither would be the seed's model.
         static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = toolsmith_contract::sync::lock(&INIT);
         tch::manual_seed(seed as i64);
         let mut vs = VarStore::new(options.device);
         let model = Transformer::new(&vs.root(), &spec, WeightInit::Random);
@@ -175,17 +205,7 @@ impl Policy {
         let precision = options.precision.unwrap_or(Precision::F32);
         vs.set_kind(precision.kind());
         let state = PolicyState::fresh(&config, &config_json, &tokenizer, precision, count_parameters(&vs));
-        Ok(Self {
-            vs,
-            model,
-            config,
-            config_json,
-            tokenizer,
-            tokenizer_json,
-            tokenizer_config,
-            state,
-            weights_id: next_weights_id(),
-        })
+        Ok(Self::assemble(vs, model, Files { config, config_json, tokenizer, tokenizer_json, tokenizer_config }, state))
     }
 
     /// The tiny default model with its tokenizer.
@@ -234,17 +254,7 @@ impl Policy {
             Some(state) => PolicyState { precision, parameters, ..state },
             None => PolicyState::fresh(&config, &config_json, &tokenizer, precision, parameters),
         };
-        Ok(Self {
-            vs,
-            model,
-            config,
-            config_json,
-            tokenizer,
-            tokenizer_json,
-            tokenizer_config,
-            state,
-            weights_id: next_weights_id(),
-        })
+        Ok(Self::assemble(vs, model, Files { config, config_json, tokenizer, tokenizer_json, tokenizer_config }, state))
     }
 
     /// Writes the checkpoint to `dir` (created if needed). Each file is written beside its final
@@ -287,17 +297,14 @@ impl Policy {
         vs.set_kind(self.model.kind());
         vs.copy(&self.vs)?;
         vs.freeze();
-        Ok(Self {
-            vs,
-            model,
+        let files = Files {
             config: self.config.clone(),
             config_json: self.config_json.clone(),
             tokenizer: self.tokenizer.clone(),
             tokenizer_json: self.tokenizer_json.clone(),
             tokenizer_config: self.tokenizer_config.clone(),
-            state: self.state.clone(),
-            weights_id: next_weights_id(),
-        })
+        };
+        Ok(Self::assemble(vs, model, files, self.state.clone()))
     }
 
     pub fn model(&self) -> &Transformer {

@@ -102,11 +102,11 @@ impl Pattern {
 
     /// The fewest allowed bytes that take `state` to acceptance.
     fn distance_to_accept(&self, state: StateID) -> Option<usize> {
-        if let Some(d) = self.distance.lock().unwrap_or_else(|p| p.into_inner()).get(&state) {
+        if let Some(d) = toolsmith_contract::sync::lock(&self.distance).get(&state) {
             return *d;
         }
         let d = self.shortest_completion(state, 0, 0).map(|p| p.len());
-        self.distance.lock().unwrap_or_else(|p| p.into_inner()).insert(state, d);
+        toolsmith_contract::sync::lock(&self.distance).insert(state, d);
         d
     }
 

@@ -48,8 +48,10 @@ pub struct Generation {
     pub output_ids: Vec<i64>,
     pub text: String,
     pub finish_reason: FinishReason,
-    /// Log-probability of each output token under the model's unmodified distribution (before
-    /// temperature, top-p and penalties): the behaviour log-probs RL needs.
+    /// Log-probability of each output token under the tempered distribution it was sampled from
+    /// (`softmax(logits / temperature)`, before top-p, top-k and the repetition penalty; greedy
+    /// decoding scores the untempered one): the behaviour log-probs RL needs, which the trainer
+    /// rescores at the same temperature.
     pub logprobs: Vec<f64>,
 }
 
@@ -311,7 +313,7 @@ impl Policy {
                         }
                     },
                 };
-                seq.logprobs.push(log_prob(row, token as usize));
+                seq.logprobs.push(log_prob(row, token as usize, params.temperature));
                 seq.output.push(token);
                 seq.seen.push(token);
                 feed[i] = token;

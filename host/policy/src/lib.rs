@@ -26,7 +26,7 @@ pub use config::{DecoderSpec, ModelConfig};
 pub use generate::{Constraint, FinishReason, Generation, GenerationStats, TokenEvent};
 pub use prefix::{PrefixCache, PrefixStats};
 pub use sampling::SamplingParams;
-pub use score::{TokenScores, TokenSequence};
+pub use score::{ScoreOptions, TokenScores, TokenSequence};
 pub use tch;
 pub use tokenizer::Tokenizer;
 

@@ -198,9 +198,14 @@ pub fn argmax(logits: &[f32]) -> usize {
     best
 }
 
-/// `log softmax(logits)[token]` in f64.
-pub fn log_prob(logits: &[f32], token: usize) -> f64 {
+/// `log softmax(logits / temperature)[token]` in f64: the log-prob of `token` under the
+/// distribution it was drawn from, before top-p, top-k and the repetition penalty reshape it
+/// (a temperature of 0, greedy decoding, scores the untempered distribution). The trainer
+/// rescores with the same temperature ([`crate::ScoreOptions`]), so the importance ratio of an
+/// unchanged policy is exactly 1.
+pub fn log_prob(logits: &[f32], token: usize, temperature: f64) -> f64 {
+    let t = if temperature > 0.0 { temperature } else { 1.0 };
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
-    logits.get(token).map_or(f64::NEG_INFINITY, |&l| l as f64 - max - sum.ln())
+    let sum: f64 = logits.iter().map(|&l| ((l as f64 - max) / t).exp()).sum();
+    logits.get(token).map_or(f64::NEG_INFINITY, |&l| (l as f64 - max) / t - sum.ln())
 }

@@ -41,6 +41,37 @@ pub struct TokenScores {
     pub mask: Tensor,
 }
 
+/// How [`Policy::score_with`] scores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreOptions {
+    /// The sampling temperature the tokens were drawn at: logits are divided by it, so the
+    /// log-probs are those of the distribution the sampler used (as TRL and verl score). Top-p,
+    /// top-k and the repetition penalty are not applied: they reshape one draw, and the ratio of
+    /// two tempered distributions is what the clipped update compares. 0 or 1 leaves the logits
+    /// as they are. By default 1.
+    pub temperature: f64,
+    /// Also compute the entropy of each scored position's distribution. By default false.
+    pub entropy: bool,
+}
+
+impl Default for ScoreOptions {
+    fn default() -> Self {
+        ScoreOptions { temperature: 1.0, entropy: false }
+    }
+}
+
+impl ScoreOptions {
+    /// With entropy.
+    pub fn with_entropy(self, entropy: bool) -> Self {
+        ScoreOptions { entropy, ..self }
+    }
+
+    /// At `temperature`.
+    pub fn at(temperature: f64) -> Self {
+        ScoreOptions { temperature, ..Self::default() }
+    }
+}
+
 impl TokenScores {
     /// Sum of masked log-probs per sequence, `[batch]`.
     pub fn sequence_logprobs(&self) -> Tensor {
@@ -71,17 +102,32 @@ pub fn micro_batches(sequences: &[TokenSequence], max_tokens: usize) -> Vec<Rang
 }
 
 impl Policy {
-    /// Scores `sequences` in one batch. Gradients flow unless called under `tch::no_grad`.
+    /// Scores `sequences` in one batch at temperature 1. Gradients flow unless called under
+    /// `tch::no_grad`.
     pub fn score(&self, sequences: &[TokenSequence], with_entropy: bool) -> Result<TokenScores, PolicyError> {
+        self.score_with(sequences, &ScoreOptions::default().with_entropy(with_entropy))
+    }
+
+    /// Scores `sequences` in one batch. Only the positions the loss masks select are projected
+    /// onto the vocabulary (TRL's `logits_to_keep`, per position): a `[tokens, vocabulary]`
+    /// log-softmax over every position of a 49k-vocabulary micro-batch would be gigabytes, while
+    /// the trained positions are a fraction of it. Other positions score 0 with mask 0.
+    pub fn score_with(&self, sequences: &[TokenSequence], options: &ScoreOptions) -> Result<TokenScores, PolicyError> {
         let model = self.model();
         let vocab = model.spec().vocab_size;
         let (b, t) = (sequences.len(), sequences.iter().map(|s| s.ids.len()).max().unwrap_or(0));
         if b == 0 || t < 2 {
             return Err(PolicyError::Sampling("scoring needs at least one sequence of two or more tokens".into()));
         }
+        if !(options.temperature >= 0.0 && options.temperature.is_finite()) {
+            return Err(PolicyError::Sampling(format!("temperature must be >= 0, got {}", options.temperature)));
+        }
         let pad = self.tokenizer().pad_id();
         let mut ids = vec![pad; b * t];
         let mut mask = vec![0_f32; b * t];
+        // Flat indices into the `[b, t - 1]` grid of predictions (row i, column j predicts token
+        // j + 1) of the positions that are scored.
+        let mut picked: Vec<i64> = Vec::new();
         for (i, s) in sequences.iter().enumerate() {
             if s.loss_mask.len() != s.ids.len() {
                 return Err(PolicyError::Sampling(format!(
@@ -95,7 +141,10 @@ impl Policy {
             }
             ids[i * t..i * t + s.ids.len()].copy_from_slice(&s.ids);
             for (j, &m) in s.loss_mask.iter().enumerate().skip(1) {
-                mask[i * t + j] = if m { 1.0 } else { 0.0 };
+                if m {
+                    mask[i * t + j] = 1.0;
+                    picked.push((i * (t - 1) + j - 1) as i64);
+                }
             }
         }
         let device = model.device();
@@ -104,18 +153,27 @@ impl Policy {
         let mask = Tensor::from_slice(&mask).view([bi, ti]).to_device(device);
         let positions = Tensor::arange(ti, (Kind::Int64, device)).unsqueeze(0).expand([bi, ti], true);
         let hidden = model.forward(&ids, &positions, &AttentionMask::Causal, None);
-        // Position t-1 predicts token t; log-softmax in float32 whatever the model's precision.
-        let logits = model.logits(&hidden.narrow(1, 0, ti - 1)).to_kind(Kind::Float);
-        let targets = ids.narrow(1, 1, ti - 1);
+        let zero = Tensor::zeros([bi, 1], (Kind::Float, device));
+        let picked = Tensor::from_slice(&picked).to_device(device);
+        // Position t-1 predicts token t.
+        let hidden = hidden.narrow(1, 0, ti - 1).reshape([bi * (ti - 1), -1]).index_select(0, &picked);
+        let targets = ids.narrow(1, 1, ti - 1).reshape([-1]).index_select(0, &picked);
+        // Log-softmax in float32 whatever the model's precision.
+        let mut logits = model.logits(&hidden).to_kind(Kind::Float);
+        if options.temperature > 0.0 && options.temperature != 1.0 {
+            logits = logits / options.temperature;
+        }
         // One fused log-softmax (forward and backward) is faster than logsumexp + gather.
         let log_probs = logits.log_softmax(-1, Kind::Float);
         let taken = log_probs.gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1);
-        let zero = Tensor::zeros([bi, 1], (Kind::Float, device));
-        let logprobs = Tensor::cat(&[&zero, &taken], 1);
-        let entropy = with_entropy.then(|| {
-            let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float);
-            Tensor::cat(&[&zero, &entropy], 1)
-        });
+        // Back onto the grid: unscored positions are 0 (and carry no gradient).
+        let grid = |values: &Tensor| {
+            let full = Tensor::zeros([bi * (ti - 1)], (Kind::Float, device)).index_add(0, &picked, values);
+            Tensor::cat(&[&zero, &full.view([bi, ti - 1])], 1)
+        };
+        let logprobs = grid(&taken);
+        let entropy =
+            options.entropy.then(|| grid(&-(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float)));
         Ok(TokenScores { logprobs, entropy, mask })
     }
 
@@ -128,12 +186,12 @@ impl Policy {
         &self,
         sequences: &[TokenSequence],
         max_tokens: usize,
-        with_entropy: bool,
+        options: &ScoreOptions,
         mut loss: impl FnMut(&TokenScores, Range<usize>) -> Tensor,
     ) -> Result<f64, PolicyError> {
         let mut total = 0.0;
         for range in micro_batches(sequences, max_tokens) {
-            let scores = self.score(&sequences[range.clone()], with_entropy)?;
+            let scores = self.score_with(&sequences[range.clone()], options)?;
             let value = loss(&scores, range);
             value.f_backward().map_err(PolicyError::Torch)?;
             total += value.f_double_value(&[]).map_err(PolicyError::Torch)?;

@@ -126,6 +126,24 @@ impl Tokenizer {
         self.inner.decode(&ids, true).map_err(|e| tokenizer_error("decode", e))
     }
 
+    /// Decodes `ids` in one pass (as a stream, so the cost is linear in the number of tokens) and
+    /// gives, for each token, the byte offset in the text where the text decoded so far ends. A
+    /// token that holds only part of a UTF-8 character adds nothing; the token that completes the
+    /// character adds all of it, so offsets never split a character.
+    pub fn decode_with_ends(&self, ids: &[i64]) -> Result<(String, Vec<usize>), PolicyError> {
+        let mut stream = self.inner.decode_stream(true);
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let id = u32::try_from(id).map_err(|_| tokenizer_error("decode", format!("invalid token id {id}")))?;
+            if let Some(chunk) = stream.step(id).map_err(|e| tokenizer_error("decode", e))? {
+                text.push_str(&chunk);
+            }
+            ends.push(text.len());
+        }
+        Ok((text, ends))
+    }
+
     pub fn token_id(&self, token: &str) -> Option<i64> {
         self.inner.token_to_id(token).map(i64::from)
     }

@@ -23,9 +23,18 @@ fn sequences(policy: &toolsmith_policy::Policy) -> Vec<TokenSequence> {
 
 #[test]
 fn logprobs_and_entropy_match_a_direct_computation() {
+    for temperature in [1.0, 0.7] {
+        logprobs_and_entropy_at(temperature);
+    }
+}
+
+/// Scores at `temperature` against `log_softmax(logits / temperature)` computed directly; only
+/// the trained positions are scored (the others are 0, with mask 0).
+fn logprobs_and_entropy_at(temperature: f64) {
     let policy = common::tiny(20);
     let seqs = sequences(&policy);
-    let scores = tch::no_grad(|| policy.score(&seqs, true)).expect("score");
+    let options = toolsmith_policy::ScoreOptions::at(temperature).with_entropy(true);
+    let scores = tch::no_grad(|| policy.score_with(&seqs, &options)).expect("score");
     let entropy = scores.entropy.as_ref().expect("entropy");
     for (i, seq) in seqs.iter().enumerate() {
         let t = seq.ids.len() as i64;
@@ -33,10 +42,15 @@ fn logprobs_and_entropy_match_a_direct_computation() {
         let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
         let model = policy.model();
         let logits = tch::no_grad(|| model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None)));
-        let log_probs = logits.log_softmax(-1, Kind::Float).get(0);
+        let log_probs = (logits / temperature).log_softmax(-1, Kind::Float).get(0);
         for j in 1..t {
-            let expected = log_probs.get(j - 1).get(seq.ids[j as usize]).double_value(&[]);
             let got = scores.logprobs.get(i as i64).get(j).double_value(&[]);
+            if !seq.loss_mask[j as usize] {
+                assert_eq!(got, 0.0, "sequence {i} token {j} is not trained, so not scored");
+                assert_eq!(scores.mask.get(i as i64).get(j).double_value(&[]), 0.0);
+                continue;
+            }
+            let expected = log_probs.get(j - 1).get(seq.ids[j as usize]).double_value(&[]);
             assert!((expected - got).abs() < 1e-5, "sequence {i} token {j}: {got} vs {expected}");
             let p = log_probs.get(j - 1).exp();
             let h = -(&p * log_probs.get(j - 1)).sum(Kind::Float).double_value(&[]);
@@ -65,12 +79,12 @@ fn micro_batches_accumulate_the_same_gradients() {
     let loss = |scores: &toolsmith_policy::TokenScores, _range: std::ops::Range<usize>| {
         -(&scores.logprobs * &scores.mask).sum(Kind::Float) / total_tokens
     };
-    let whole = policy.accumulate_gradients(&seqs, usize::MAX, false, loss).expect("one batch");
+    let whole = policy.accumulate_gradients(&seqs, usize::MAX, &Default::default(), loss).expect("one batch");
     let full = gradients(&policy);
     policy.var_store().trainable_variables().iter_mut().for_each(|v| v.zero_grad());
     let groups = micro_batches(&seqs, 30);
     assert!(groups.len() > 1, "the test needs several micro-batches, got {groups:?}");
-    let split = policy.accumulate_gradients(&seqs, 30, false, loss).expect("micro-batches");
+    let split = policy.accumulate_gradients(&seqs, 30, &Default::default(), loss).expect("micro-batches");
     assert!((whole - split).abs() < 1e-5, "loss {whole} vs {split}");
     for (a, b) in full.iter().zip(gradients(&policy)) {
         let diff = (a - b).abs().max().double_value(&[]);

@@ -142,12 +142,12 @@ impl Toolbox {
 
     /// Lets this toolbox run Python tools with `runtime`.
     pub fn set_python(&self, runtime: PythonRuntime) {
-        *self.inner.python.write().unwrap_or_else(|p| p.into_inner()) = Some(runtime);
+        *toolsmith_contract::sync::write(&self.inner.python) = Some(runtime);
     }
 
     /// The Python runtime, if one was set.
     pub fn python(&self) -> Option<PythonRuntime> {
-        self.inner.python.read().unwrap_or_else(|p| p.into_inner()).clone()
+        toolsmith_contract::sync::read(&self.inner.python).clone()
     }
 
     /// Checks an agent-written tool's schemas and wraps it as a [`Tool`] (not registered).
@@ -172,7 +172,7 @@ impl Toolbox {
 
     /// Registers a loaded tool; returns the tool it replaced, if any.
     pub fn register(&self, tool: Arc<Tool>) -> Option<Arc<Tool>> {
-        let mut tools = self.inner.tools.write().unwrap_or_else(|p| p.into_inner());
+        let mut tools = toolsmith_contract::sync::write(&self.inner.tools);
         tools.insert(tool.name().to_owned(), tool)
     }
 
@@ -183,7 +183,7 @@ impl Toolbox {
 
     /// Every registered tool, by name.
     pub fn tools(&self) -> Vec<Arc<Tool>> {
-        let tools = self.inner.tools.read().unwrap_or_else(|p| p.into_inner());
+        let tools = toolsmith_contract::sync::read(&self.inner.tools);
         tools.values().cloned().collect()
     }
 
@@ -201,7 +201,7 @@ impl Toolbox {
 
 impl Inner {
     fn get(&self, name: &str) -> Option<Arc<Tool>> {
-        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+        let tools = toolsmith_contract::sync::read(&self.tools);
         tools.get(name).cloned()
     }
 
@@ -233,7 +233,7 @@ impl Inner {
                 self.sandbox.call(component, name, &args.to_string(), limits, Some((caller, depth)))?
             }
             Implementation::Python(python) => {
-                let runtime = self.python.read().unwrap_or_else(|p| p.into_inner()).clone();
+                let runtime = toolsmith_contract::sync::read(&self.python).clone();
                 let runtime = runtime.ok_or_else(|| no_python(name))?;
                 let (positional, kwargs) = python.split_args(args);
                 let run = runtime
@@ -255,7 +255,7 @@ impl Inner {
     }
 
     fn not_found(&self, name: &str) -> StructuredError {
-        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+        let tools = toolsmith_contract::sync::read(&self.tools);
         not_found_error(name, tools.keys(), || {
             let names: Vec<&str> = tools.keys().take(20).map(String::as_str).collect();
             format!("available tools: {}", names.join(", "))

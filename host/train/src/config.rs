@@ -72,6 +72,12 @@ pub struct SftConfig {
     pub keep_checkpoints: usize,
 }
 
+/// The settings a resumed run may change: how long it runs (`steps`, `epochs`), how it is
+/// watched and where it runs. Every other field defines the run, and a resume that changes one is
+/// refused (see [`crate::run`]).
+pub const RESUMABLE: &[&str] =
+    &["steps", "epochs", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device"];
+
 impl Default for SftConfig {
     fn default() -> Self {
         SftConfig {

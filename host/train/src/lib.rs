@@ -12,8 +12,11 @@
 //!   decay, global-norm clipping, fp32 master weights under bf16.
 //! - [`checkpoint`]: a run directory whose checkpoints hold weights, optimiser moments, the
 //!   schedule and data position and the metrics so far, each written whole or not at all.
+//! - [`run`]: the trainer core both kinds of training drive: setup and the checks of a resume,
+//!   the loop, the guarded update, evaluation and checkpoint cadence, one event type.
 //! - [`sft`]: supervised fine-tuning over those pieces, with held-out evaluation ([`heldout`])
 //!   and a metrics stream ([`metrics`]); [`report`] draws the curves.
+//! - [`rl`]: group-relative RL, its methods registered in one table ([`rl::method`]).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -37,13 +40,15 @@ pub mod metrics;
 pub mod optim;
 pub mod report;
 pub mod rl;
+pub mod run;
 pub mod sequence;
 pub mod sft;
 
 use std::path::{Path, PathBuf};
 
 pub use config::SftConfig;
-pub use sft::{Event, SftTrainer};
+pub use run::{Event, Resume};
+pub use sft::SftTrainer;
 
 /// What can go wrong while training.
 #[derive(Debug, thiserror::Error)]

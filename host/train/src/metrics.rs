@@ -118,12 +118,25 @@ pub struct IterationMetrics {
     pub graph_tools: usize,
     /// Rollout tokens per second (generated tokens over rollout wall time).
     pub rollout_tokens_per_sec: f64,
+    /// With rollouts on an engine: the mean absolute difference, per sampled token, between the
+    /// engine's log-prob and the trainer's (how off-policy the engine's samples are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_logprob_gap: Option<f64>,
     /// Seconds the iteration took, and the rollouts in it.
     pub seconds: f64,
     /// Seconds of rollouts.
     pub rollout_seconds: f64,
     /// Seconds since the run started.
     pub elapsed_s: f64,
+}
+
+/// A resume that changed run-defining settings, as the caller allowed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeRecord {
+    /// Units done when the run resumed.
+    pub step: u64,
+    /// The settings that differ from the checkpoint's (dotted paths).
+    pub changed: Vec<String>,
 }
 
 /// A line of the stream.
@@ -136,6 +149,39 @@ pub enum Record {
     Eval(EvalMetrics),
     /// An RL iteration.
     Iteration(IterationMetrics),
+    /// A resume with changed settings.
+    Resumed(ResumeRecord),
+}
+
+impl Record {
+    /// The unit a record belongs to (the step or iteration it ended, the step an evaluation ran
+    /// at, the step a run resumed at).
+    pub fn step(&self) -> u64 {
+        match self {
+            Record::Train(m) => m.step,
+            Record::Eval(e) => e.step,
+            Record::Iteration(m) => m.iteration,
+            Record::Resumed(r) => r.step,
+        }
+    }
+
+    /// The record's figures without the `kind` tag.
+    pub fn figures(&self) -> Option<serde_json::Value> {
+        match self {
+            Record::Train(m) => serde_json::to_value(m).ok(),
+            Record::Eval(e) => serde_json::to_value(e).ok(),
+            Record::Iteration(m) => serde_json::to_value(m).ok(),
+            Record::Resumed(r) => serde_json::to_value(r).ok(),
+        }
+    }
+
+    pub(crate) fn set_elapsed(&mut self, elapsed_s: f64) {
+        match self {
+            Record::Train(m) => m.elapsed_s = elapsed_s,
+            Record::Iteration(m) => m.elapsed_s = elapsed_s,
+            Record::Eval(_) | Record::Resumed(_) => {}
+        }
+    }
 }
 
 /// Appends records to a metrics file.

@@ -31,7 +31,7 @@ pub fn split(records: &[Record]) -> (Vec<&StepMetrics>, Vec<&EvalMetrics>) {
         match r {
             Record::Train(s) => steps.push(s),
             Record::Eval(e) => evals.push(e),
-            Record::Iteration(_) => {}
+            Record::Iteration(_) | Record::Resumed(_) => {}
         }
     }
     (steps, evals)

@@ -110,8 +110,12 @@ impl SequenceBuilder {
 
     /// A builder for `policy`'s tokenizer and context length.
     pub fn for_policy(policy: &Policy) -> Result<Self, SequenceError> {
-        let context = policy.config().common().max_position_embeddings;
-        Self::new(policy.tokenizer(), usize::try_from(context).unwrap_or(usize::MAX))
+        Self::new(policy.tokenizer(), policy.context_len())
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
     }
 
     /// The context length sequences must fit.

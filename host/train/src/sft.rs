@@ -3,8 +3,8 @@
 //! evaluation before, during and after, and checkpoints that resume to the same loss curve.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rand::SeedableRng;
@@ -13,56 +13,19 @@ use rand::seq::SliceRandom;
 use toolsmith_agent::Mode;
 use toolsmith_agent::env::{Corpus, World};
 use toolsmith_agent::oracle::{Oracle, synthesize};
-use toolsmith_policy::tch::{Kind, Tensor};
-use toolsmith_policy::{LoadOptions, Policy, Precision, TokenSequence};
+use toolsmith_policy::tch::Kind;
+use toolsmith_policy::{LoadOptions, Policy, Precision, ScoreOptions, TokenSequence};
 
 use crate::TrainError;
 use crate::chat::{Chat, read_chats};
-use crate::checkpoint::{RunDir, TrainerState, write_json};
+use crate::checkpoint::{RunDir, TrainerState};
 use crate::config::SftConfig;
 use crate::heldout::{HeldOut, ToolsFor};
-use crate::metrics::{EvalMetrics, MetricsWriter, Record, StepMetrics};
-use crate::optim::{AdamW, Schedule};
+use crate::metrics::{Record, StepMetrics};
+use crate::optim::Schedule;
+pub use crate::run::Event;
+use crate::run::{Core, Resume, Setup, Unit, padded_rows, restore_checked};
 use crate::sequence::{SequenceBuilder, TrainSequence};
-
-/// What a run reports as it goes.
-#[derive(Debug)]
-pub enum Event<'a> {
-    /// The data is ready.
-    Data {
-        /// Sequences.
-        sequences: usize,
-        /// Tokens in all.
-        tokens: usize,
-        /// Tokens in the loss.
-        trained_tokens: usize,
-        /// The longest sequence.
-        longest: usize,
-    },
-    /// Training starts (at a step above 0 when resumed).
-    Started {
-        /// Steps done.
-        step: u64,
-        /// Steps in all.
-        total: u64,
-    },
-    /// A step ended.
-    Step(&'a StepMetrics),
-    /// A held-out evaluation starts.
-    EvalStarted {
-        /// Steps done.
-        step: u64,
-    },
-    /// A held-out evaluation ended.
-    Eval(&'a EvalMetrics),
-    /// A checkpoint was written.
-    Checkpoint {
-        /// Steps done.
-        step: u64,
-        /// Its directory.
-        dir: &'a Path,
-    },
-}
 
 /// The device and precision a config asks for.
 pub fn load_options(config: &SftConfig) -> Result<LoadOptions, TrainError> {
@@ -191,26 +154,6 @@ impl Walk {
     }
 }
 
-/// A supervised run.
-pub struct SftTrainer {
-    config: SftConfig,
-    run: RunDir,
-    policy: Arc<Mutex<Policy>>,
-    optimizer: AdamW,
-    data: Vec<TrainSequence>,
-    state: TrainerState,
-    schedule: Schedule,
-    heldout: Option<HeldOut>,
-    metrics: MetricsWriter,
-    cancel: Arc<AtomicBool>,
-}
-
-impl std::fmt::Debug for SftTrainer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SftTrainer").field("run", &self.run).field("state", &self.state).finish_non_exhaustive()
-    }
-}
-
 /// BLAKE3 of the sequences' ids and masks.
 fn data_hash(data: &[TrainSequence]) -> String {
     let mut h = blake3::Hasher::new();
@@ -247,9 +190,30 @@ fn next_batch(data: &[TrainSequence], order: &[usize], cursor: usize, budget: us
     batch
 }
 
+/// What one supervised step does: the next batch of the walk through the data.
+struct SftUnit {
+    config: SftConfig,
+    data: Vec<TrainSequence>,
+    walk: Walk,
+}
+
+/// A supervised run.
+#[derive(Debug)]
+pub struct SftTrainer {
+    core: Core,
+    unit: SftUnit,
+}
+
+impl std::fmt::Debug for SftUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SftUnit").field("sequences", &self.data.len()).finish_non_exhaustive()
+    }
+}
+
 impl SftTrainer {
     /// A run in `out` from `policy` (fresh, or restored with `state` when resuming) on `data`.
-    /// `config` is written to `RUN/config.json`.
+    /// `config` is written to `RUN/config.json`; a resumed run must have been started with the
+    /// same data and run-defining settings (see [`crate::run`]).
     pub fn new(
         config: SftConfig,
         out: &Path,
@@ -257,13 +221,13 @@ impl SftTrainer {
         data: Vec<TrainSequence>,
         heldout: Option<HeldOut>,
         resumed: Option<(TrainerState, PathBuf)>,
+        resume: Resume,
     ) -> Result<Self, TrainError> {
         config.validate()?;
         if data.is_empty() {
             return Err(TrainError::Config("no training sequences".into()));
         }
         let run = RunDir::create(out)?;
-        let hash = data_hash(&data);
         let per_epoch = {
             let order = order(config.seed, 0, data.len());
             let (mut cursor, mut batches) = (0, 0u64);
@@ -280,79 +244,74 @@ impl SftTrainer {
             total,
             min_ratio: config.min_lr_ratio,
         };
-        let config_json = serde_json::to_value(&config).map_err(|e| TrainError::Config(e.to_string()))?;
-        let mut optimizer = AdamW::new(policy.var_store().variables().into_iter().collect(), config.optimizer);
-        let state = match resumed {
-            Some((state, dir)) => {
-                if state.data_hash != hash {
-                    return Err(TrainError::checkpoint(
-                        &dir,
-                        "the training data differs from the data this run was trained on (hash differs); resume with the same data",
-                    ));
-                }
-                optimizer.load(&dir.join(crate::checkpoint::OPTIMIZER_STATE), state.step)?;
-                TrainerState { total_steps: total, config: config_json, ..state }
-            }
-            None => {
-                let metrics = run.metrics();
-                if metrics.exists() {
-                    std::fs::remove_file(&metrics).map_err(|e| TrainError::io(&metrics, e))?;
-                }
-                TrainerState::new("sft", config.seed, hash, total, config_json)
-            }
-        };
-        write_json(&run.root().join("config.json"), &config)?;
-        let metrics = MetricsWriter::append(&run.metrics())?;
-        Ok(SftTrainer {
-            config,
-            run,
-            policy: Arc::new(Mutex::new(policy)),
-            optimizer,
-            data,
-            state,
+        let setup = Setup {
+            kind: "sft",
+            config: &config,
+            resumable: crate::config::RESUMABLE,
+            seed: config.seed,
+            data: (data_hash(&data), "the training data"),
+            units: total,
             schedule,
+            optimizer: config.optimizer,
+            eval_every: config.eval_every,
+            checkpoint_every: config.checkpoint_every,
+            keep_checkpoints: config.keep_checkpoints,
             heldout,
-            metrics,
-            cancel: Arc::new(AtomicBool::new(false)),
-        })
+            resume,
+        };
+        let core = Core::new(run, policy, resumed, setup)?;
+        let state = core.state();
+        let walk = Walk::at(state.seed, state.epoch, state.cursor, data.len());
+        Ok(SftTrainer { core, unit: SftUnit { config, data, walk } })
     }
 
     /// The policy (shared with evaluation).
     pub fn policy(&self) -> Arc<Mutex<Policy>> {
-        self.policy.clone()
+        self.core.policy()
     }
 
     /// Set it to stop the run after the current step (with a checkpoint).
     pub fn cancel_flag(&self) -> Arc<AtomicBool> {
-        self.cancel.clone()
+        self.core.cancel_flag()
     }
 
     /// Where training stands.
     pub fn state(&self) -> &TrainerState {
-        &self.state
+        self.core.state()
     }
 
     /// The training sequences.
     pub fn sequences(&self) -> &[TrainSequence] {
-        &self.data
+        &self.unit.data
     }
 
     /// The learning-rate schedule.
     pub fn schedule(&self) -> Schedule {
-        self.schedule
+        self.core.schedule()
     }
 
     /// The next `steps` batches, as sequence indices in the order the step feeds them to the
     /// model, without training (for a reference implementation to take the same steps).
     pub fn batch_plan(&self, steps: u64) -> Vec<Vec<usize>> {
-        let mut walk = self.walk();
-        (0..steps).map(|_| self.arrange(walk.next(&self.data, self.config.batch_tokens))).collect()
+        let state = self.core.state();
+        let mut walk = Walk::at(state.seed, state.epoch, state.cursor, self.unit.data.len());
+        (0..steps).map(|_| self.unit.arrange(walk.next(&self.unit.data, self.unit.config.batch_tokens))).collect()
     }
 
-    fn walk(&self) -> Walk {
-        Walk::at(self.state.seed, self.state.epoch, self.state.cursor, self.data.len())
+    /// Trains to the last step; returns the directory of the final policy.
+    pub fn run(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<PathBuf, TrainError> {
+        let data = &self.unit.data;
+        on_event(Event::Data {
+            sequences: data.len(),
+            tokens: data.iter().map(TrainSequence::len).sum(),
+            trained_tokens: data.iter().map(TrainSequence::trained_tokens).sum(),
+            longest: data.iter().map(TrainSequence::len).max().unwrap_or(0),
+        });
+        self.core.run(&mut self.unit, on_event)
     }
+}
 
+impl SftUnit {
     /// A batch in the order it is fed: longest first, so similar lengths share micro-batches
     /// (less padding).
     fn arrange(&self, mut batch: Vec<usize>) -> Vec<usize> {
@@ -360,152 +319,82 @@ impl SftTrainer {
         batch
     }
 
-    fn lock(&self) -> MutexGuard<'_, Policy> {
-        self.policy.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Trains to the last step; returns the directory of the final policy.
-    pub fn run(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<PathBuf, TrainError> {
-        let tokens: usize = self.data.iter().map(TrainSequence::len).sum();
-        let trained_tokens: usize = self.data.iter().map(TrainSequence::trained_tokens).sum();
-        let longest = self.data.iter().map(TrainSequence::len).max().unwrap_or(0);
-        on_event(Event::Data { sequences: self.data.len(), tokens, trained_tokens, longest });
-        on_event(Event::Started { step: self.state.step, total: self.schedule.total });
-        if self.state.step == 0 {
-            self.evaluate(on_event)?;
-        }
-        let started = Instant::now();
-        let elapsed_before = self.state.elapsed_s;
-        let mut walk = self.walk();
-        while self.state.step < self.schedule.total {
-            if self.cancel.load(Ordering::Relaxed) {
-                self.checkpoint(on_event)?;
-                return Err(TrainError::Cancelled);
-            }
-            let batch = self.arrange(walk.next(&self.data, self.config.batch_tokens));
-            let step_started = Instant::now();
-            let (loss, grad_norm, lr, batch_tokens, batch_trained) = self.step(&batch)?;
-            (self.state.epoch, self.state.cursor) = (walk.epoch, walk.cursor);
-            self.state.step += 1;
-            self.state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
-            let seconds = step_started.elapsed().as_secs_f64();
-            let metrics = StepMetrics {
-                step: self.state.step,
-                epoch: self.state.epoch as f64 + self.state.cursor as f64 / self.data.len() as f64,
-                loss,
-                lr,
-                grad_norm,
-                tokens: batch_tokens,
-                trained_tokens: batch_trained,
-                tokens_per_sec: batch_tokens as f64 / seconds.max(1e-9),
-                elapsed_s: self.state.elapsed_s,
-            };
-            self.metrics.write(&Record::Train(metrics.clone()))?;
-            on_event(Event::Step(&metrics));
-            let last = self.state.step == self.schedule.total;
-            if self.config.eval_every > 0 && self.state.step.is_multiple_of(self.config.eval_every) && !last {
-                self.evaluate(on_event)?;
-            }
-            if self.state.step.is_multiple_of(self.config.checkpoint_every) && !last {
-                self.checkpoint(on_event)?;
-            }
-        }
-        self.evaluate(on_event)?;
-        let dir = self.checkpoint(on_event)?;
-        let final_dir = self.run.publish(&self.lock())?;
-        tracing::info!(checkpoint = %dir.display(), "training finished");
-        Ok(final_dir)
-    }
-
-    /// One optimiser step on the sequences `batch`: (loss, grad norm, lr, tokens, trained tokens).
-    fn step(&mut self, batch: &[usize]) -> Result<(f64, f64, f64, usize, usize), TrainError> {
-        let sequences: Vec<TokenSequence> = batch.iter().map(|&i| self.data[i].tokens.clone()).collect();
-        let tokens: usize = sequences.iter().map(|s| s.ids.len()).sum();
-        let trained: usize = sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).sum();
-        // Per-token loss weights: the first assistant turn's tokens count `first_turn_weight`
-        // times (the objective is the weighted mean; the reported loss stays the plain mean).
+    /// Per-token loss weights: the first assistant turn's tokens count `first_turn_weight` times
+    /// (the objective is the weighted mean; the reported loss stays the plain mean). `None` when
+    /// the first turn is not weighted: the plain mean needs none.
+    fn weights(&self, batch: &[usize]) -> Option<Vec<Vec<f64>>> {
         let first = self.config.first_turn_weight;
-        // Built only when the first turn is weighted; the plain mean needs none.
-        let weights: Vec<Vec<f32>> = if first == 1.0 {
-            Vec::new()
-        } else {
+        (first != 1.0).then(|| {
             batch
                 .iter()
                 .map(|&i| {
                     let s = &self.data[i];
-                    let mut w = vec![1.0_f32; s.tokens.ids.len()];
+                    let mut w = vec![1.0; s.tokens.ids.len()];
                     if let Some(turn) = s.turns.first() {
-                        for slot in &mut w[turn.clone()] {
-                            *slot = first as f32;
-                        }
+                        w[turn.clone()].fill(first);
                     }
                     w
                 })
                 .collect()
+        })
+    }
+}
+
+impl Unit for SftUnit {
+    fn unit(&mut self, core: &mut Core) -> Result<Record, TrainError> {
+        let started = Instant::now();
+        let next = self.walk.next(&self.data, self.config.batch_tokens);
+        let batch = self.arrange(next);
+        let sequences: Vec<TokenSequence> = batch.iter().map(|&i| self.data[i].tokens.clone()).collect();
+        let tokens: usize = sequences.iter().map(|s| s.ids.len()).sum();
+        let trained: usize = sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).sum();
+        let weights = self.weights(&batch);
+        let weighted: f64 = match &weights {
+            Some(weights) => sequences
+                .iter()
+                .zip(weights)
+                .map(|(s, w)| s.loss_mask.iter().zip(w).skip(1).filter(|(m, _)| **m).map(|(_, &w)| w).sum::<f64>())
+                .sum(),
+            None => trained as f64,
         };
-        let weighted: f64 = sequences
-            .iter()
-            .zip(&weights)
-            .map(|(s, w)| {
-                s.loss_mask.iter().zip(w).skip(1).filter(|(m, _)| **m).map(|(_, &w)| f64::from(w)).sum::<f64>()
-            })
-            .sum();
-        let step = self.state.step;
-        let lr = self.schedule.lr(step);
-        let micro = self.config.micro_batch_tokens;
-        let policy = self.policy.lock().unwrap_or_else(|p| p.into_inner());
-        self.optimizer.zero_grad();
+        let step = core.state().step;
+        let lr = core.schedule().lr(step);
         let denominator = trained.max(1) as f64;
         let mut plain = 0.0;
-        let objective = policy.accumulate_gradients(&sequences, micro, false, |scores, range| {
-            let nll = -(&scores.logprobs * &scores.mask);
-            if first == 1.0 {
-                return nll.sum(Kind::Float) / denominator;
-            }
-            plain += nll.detach().sum(Kind::Double).double_value(&[]) / denominator;
-            let t = scores.logprobs.size()[1];
-            let t_len = t as usize;
-            let mut flat = vec![0_f32; range.len() * t_len];
-            for (row, w) in flat.chunks_mut(t_len).zip(&weights[range]) {
-                for (slot, &v) in row.iter_mut().zip(w) {
-                    *slot = v;
-                }
-            }
-            let w = Tensor::from_slice(&flat).view([-1, t]).to_device(scores.logprobs.device());
-            (nll * w).sum(Kind::Float) / weighted.max(1e-9)
-        })?;
-        let loss = if first == 1.0 { objective } else { plain };
-        if !loss.is_finite() {
-            self.optimizer.zero_grad();
-            return Err(TrainError::NonFinite { step: step + 1, what: "loss", value: loss });
-        }
-        let grad_norm = self.optimizer.clip_grad_norm(self.config.max_grad_norm);
-        if !grad_norm.is_finite() {
-            self.optimizer.zero_grad();
-            return Err(TrainError::NonFinite { step: step + 1, what: "gradient norm", value: grad_norm });
-        }
-        self.optimizer.step(lr);
-        drop(policy);
-        self.lock().state_mut().step = step + 1;
-        Ok((loss, grad_norm, lr, tokens, trained))
-    }
-
-    fn evaluate(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<(), TrainError> {
-        let Some(heldout) = &self.heldout else { return Ok(()) };
-        on_event(Event::EvalStarted { step: self.state.step });
-        let figures = heldout.evaluate(&self.policy, self.state.step);
-        self.metrics.write(&Record::Eval(figures.clone()))?;
-        on_event(Event::Eval(&figures));
-        Ok(())
-    }
-
-    fn checkpoint(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<PathBuf, TrainError> {
-        let dir = {
-            let policy = self.lock();
-            self.run.save(&policy, &self.optimizer, &self.state, self.config.keep_checkpoints)?
+        core.optimizer_mut().zero_grad();
+        let objective = {
+            let policy = core.lock();
+            policy.accumulate_gradients(
+                &sequences,
+                self.config.micro_batch_tokens,
+                &ScoreOptions::default(),
+                |scores, range| {
+                    let nll = -(&scores.logprobs * &scores.mask);
+                    let Some(weights) = &weights else { return nll.sum(Kind::Float) / denominator };
+                    plain += nll.detach().sum(Kind::Double).double_value(&[]) / denominator;
+                    let t = scores.logprobs.size()[1];
+                    let w =
+                        padded_rows(weights[range].iter().map(Vec::as_slice), t).to_device(scores.logprobs.device());
+                    (nll * w).sum(Kind::Float) / weighted.max(1e-9)
+                },
+            )?
         };
-        on_event(Event::Checkpoint { step: self.state.step, dir: &dir });
-        Ok(dir)
+        let loss = if weights.is_some() { plain } else { objective };
+        let grad_norm = core.apply(loss, self.config.max_grad_norm, lr)?;
+        let state = core.state_mut();
+        (state.epoch, state.cursor) = (self.walk.epoch, self.walk.cursor);
+        let seconds = started.elapsed().as_secs_f64();
+        Ok(Record::Train(StepMetrics {
+            step: step + 1,
+            epoch: state.epoch as f64 + state.cursor as f64 / self.data.len() as f64,
+            loss,
+            lr,
+            grad_norm,
+            tokens,
+            trained_tokens: trained,
+            tokens_per_sec: tokens as f64 / seconds.max(1e-9),
+            elapsed_s: 0.0,
+        }))
     }
 }
 
@@ -514,24 +403,23 @@ impl SftTrainer {
 pub fn prepare(
     config: SftConfig,
     out: &Path,
-    resume: bool,
+    resume: impl Into<Resume>,
     tools_for: &ToolsFor<'_>,
 ) -> Result<SftTrainer, TrainError> {
+    let resume = resume.into();
     config.validate()?;
     if config.threads > 0 {
         toolsmith_policy::set_threads(config.threads);
     }
     let options = load_options(&config)?;
     let run = RunDir::create(out)?;
-    let (policy, resumed) = if run.should_resume(resume)? {
-        let restored = run.restore(options)?;
-        (restored.policy, Some((restored.state, restored.dir)))
-    } else {
-        (init_policy(&config, options)?, None)
+    let (policy, resumed) = match restore_checked(&run, resume, options, "sft", &config, crate::config::RESUMABLE)? {
+        Some(r) => (r.policy, Some((r.state, r.dir))),
+        None => (init_policy(&config, options)?, None),
     };
     let builder = SequenceBuilder::for_policy(&policy)?;
     let chats = load_chats(&config, tools_for)?;
     let data = build_sequences(&builder, &chats)?;
     let heldout = config.eval.clone().map(|e| HeldOut::new(e, config.tool_format, tools_for)).transpose()?;
-    SftTrainer::new(config, out, policy, data, heldout, resumed)
+    SftTrainer::new(config, out, policy, data, heldout, resumed, resume)
 }

@@ -8,7 +8,8 @@ use toolsmith_train::rl::advantage::{
     searl_step_advantages,
 };
 use toolsmith_train::rl::loss::{Aggregation, LossConfig, LossInputs, k3, policy_loss, token_weights};
-use toolsmith_train::rl::reward::{self, RewardConfig};
+use toolsmith_train::rl::method;
+use toolsmith_train::rl::reward::RewardConfig;
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol
@@ -83,11 +84,24 @@ fn example(advantage: f64) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
 
 #[test]
 fn clipped_surrogate_by_hand() {
-    let config = LossConfig { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.0, aggregation: Aggregation::TokenMean };
+    let config = LossConfig {
+        clip_low: 0.2,
+        clip_high: 0.28,
+        kl_coef: 0.0,
+        aggregation: Aggregation::TokenMean,
+        ..LossConfig::default()
+    };
     // A = +1: token 1 is clipped at 1.28 (no gradient), token 2 keeps its ratio 0.5 (the
     // clipped 0.8 would be larger). Loss = -(1.28 + 0.5) / 2 = -0.89.
     let (current, old, mask, adv, w) = example(1.0);
-    let inputs = LossInputs { mask: &mask, old_logprobs: &old, ref_logprobs: None, advantages: &adv, weights: &w };
+    let inputs = LossInputs {
+        mask: &mask,
+        old_logprobs: &old,
+        ref_logprobs: None,
+        advantages: &adv,
+        weights: &w,
+        importance: None,
+    };
     let (loss, stats) = policy_loss(&current, &inputs, &config);
     assert!(close(loss.double_value(&[]), -0.89, 1e-6), "{}", loss.double_value(&[]));
     assert!(close(stats.clip_fraction(), 0.5, 1e-9));
@@ -99,7 +113,14 @@ fn clipped_surrogate_by_hand() {
 
     // A = -1: token 1 keeps -1.5 (lower than the clipped -1.28), token 2 is clipped at -0.8.
     let (current, old, mask, adv, w) = example(-1.0);
-    let inputs = LossInputs { mask: &mask, old_logprobs: &old, ref_logprobs: None, advantages: &adv, weights: &w };
+    let inputs = LossInputs {
+        mask: &mask,
+        old_logprobs: &old,
+        ref_logprobs: None,
+        advantages: &adv,
+        weights: &w,
+        importance: None,
+    };
     let (loss, stats) = policy_loss(&current, &inputs, &config);
     assert!(close(loss.double_value(&[]), 1.15, 1e-6), "{}", loss.double_value(&[]));
     assert!(close(stats.clip_fraction(), 0.5, 1e-9));
@@ -120,8 +141,14 @@ fn k3_kl_by_hand() {
     let config = LossConfig { kl_coef: 0.1, ..LossConfig::default() };
     let (current, old, mask, adv, w) = example(0.0);
     let reference = row(&[0.0, 0.3_f64.ln(), 0.4_f64.ln()]);
-    let inputs =
-        LossInputs { mask: &mask, old_logprobs: &old, ref_logprobs: Some(&reference), advantages: &adv, weights: &w };
+    let inputs = LossInputs {
+        mask: &mask,
+        old_logprobs: &old,
+        ref_logprobs: Some(&reference),
+        advantages: &adv,
+        weights: &w,
+        importance: None,
+    };
     let (loss, stats) = policy_loss(&current, &inputs, &config);
     // Token 1: ref/cur = 0.5 -> 0.193147; token 2: equal -> 0.
     let want_kl = 0.5 - 0.5_f64.ln() - 1.0;
@@ -153,13 +180,92 @@ fn searl_tool_anchored_step_advantages_with_single_vanishing() {
 #[test]
 fn mempo_memory_advantages_pool_every_mem_of_the_group() {
     // Three memories over two episodes: rewards 0.2, 0.4 and 0.9, mean 0.5.
-    let a = memory_advantages(&[vec![0.2, 0.4], vec![0.9]], GroupNorm::Mean);
+    let a = memory_advantages(&[vec![Some(0.2), Some(0.4)], vec![Some(0.9)]], GroupNorm::Mean);
     assert_all_close(&a[0], &[-0.3, -0.1], 1e-12);
     assert_all_close(&a[1], &[0.4], 1e-12);
     // The answer's probability given a memory: the geometric mean of its token probabilities.
     let p = answer_probability(&[0.5_f64.ln(), 0.125_f64.ln()]);
     assert!(close(p, 0.25, 1e-12), "{p}");
     assert_eq!(answer_probability(&[]), 0.0);
+}
+
+#[test]
+fn mempo_turns_without_a_memory_stay_out_of_the_pool() {
+    // Memories 0.2, 0.6 and 1.0 (mean 0.6) and two turns that wrote none. Were those counted as
+    // 0, the mean would be 0.36 and every advantage would shift; they get no memory term.
+    let rewards = [vec![Some(0.2), None], vec![Some(0.6), None, Some(1.0)]];
+    let a = memory_advantages(&rewards, GroupNorm::Mean);
+    assert_all_close(&a[0], &[-0.4, 0.0], 1e-12);
+    assert_all_close(&a[1], &[0.0, 0.0, 0.4], 1e-12);
+    // GRPO's normalisation over the same pool: std of (0.2, 0.6, 1.0) is 0.4.
+    let a = memory_advantages(&rewards, GroupNorm::MeanStd);
+    assert_all_close(&a[0], &[-1.0, 0.0], 1e-5);
+    assert_all_close(&a[1], &[0.0, 0.0, 1.0], 1e-5);
+    // A group with no memory at all has no memory advantage.
+    assert_all_close(&memory_advantages(&[vec![None, None]], GroupNorm::MeanStd)[0], &[0.0, 0.0], 0.0);
+}
+
+#[test]
+fn k3_is_bounded_and_k1_k2_by_hand() {
+    use toolsmith_train::rl::loss::{K3_BOUND, KlEstimator, kl};
+    // log p - log ref = 25 (the reference finds the token e^25 times less likely): unclamped k3
+    // would be e^-25 + 25 - 1 = 24; the other way round, e^25 - 26 = 7.2e10. Both are bounded.
+    let (cur, reference) = (row(&[0.0, -25.0]), row(&[-25.0, 0.0]));
+    let k = Vec::<f64>::try_from(kl(&cur, &reference, KlEstimator::K3).view([-1]).to_kind(Kind::Double)).expect("k3");
+    assert_all_close(&k, &[K3_BOUND, K3_BOUND], 1e-6);
+    // k1 = log-ratio, k2 = log-ratio^2 / 2, unbounded.
+    let (cur, reference) = (row(&[0.5_f64.ln()]), row(&[0.25_f64.ln()]));
+    let k1 = kl(&cur, &reference, KlEstimator::K1).double_value(&[0, 0]);
+    let k2 = kl(&cur, &reference, KlEstimator::K2).double_value(&[0, 0]);
+    assert!(close(k1, 2.0_f64.ln(), 1e-6) && close(k2, 0.5 * 2.0_f64.ln().powi(2), 1e-6), "{k1} {k2}");
+    // In the loss one runaway token costs at most kl_coef * 10 * its weight.
+    let config = LossConfig { kl_coef: 0.5, ..LossConfig::default() };
+    let (current, old, mask, adv, w) = example(0.0);
+    let far = row(&[0.0, 0.5_f64.ln() - 30.0, 0.4_f64.ln()]);
+    let inputs = LossInputs {
+        mask: &mask,
+        old_logprobs: &old,
+        ref_logprobs: Some(&far),
+        advantages: &adv,
+        weights: &w,
+        importance: None,
+    };
+    let (loss, stats) = policy_loss(&current, &inputs, &config);
+    assert!(close(stats.kl_sum, K3_BOUND, 1e-5), "{stats:?}");
+    assert!(close(loss.double_value(&[]), 0.5 * K3_BOUND / 2.0, 1e-5), "{}", loss.double_value(&[]));
+}
+
+#[test]
+fn truncated_importance_weights_scale_the_policy_term() {
+    // As clipped_surrogate_by_hand's A = +1 case (-(1.28 + 0.5) / 2), with token 1 weighted 0.5
+    // and token 2 weighted 2 (a capped TIS weight): -(0.5 * 1.28 + 2 * 0.5) / 2 = -0.82.
+    let config = LossConfig { clip_low: 0.2, clip_high: 0.28, ..LossConfig::default() };
+    let (current, old, mask, adv, w) = example(1.0);
+    let importance = row(&[0.0, 0.5, 2.0]);
+    let inputs = LossInputs {
+        mask: &mask,
+        old_logprobs: &old,
+        ref_logprobs: None,
+        advantages: &adv,
+        weights: &w,
+        importance: Some(&importance),
+    };
+    let (loss, _) = policy_loss(&current, &inputs, &config);
+    assert!(close(loss.double_value(&[]), -0.82, 1e-6), "{}", loss.double_value(&[]));
+}
+
+#[test]
+fn dynamic_sampling_judges_groups_by_accuracy_not_shaped_totals() {
+    use toolsmith_train::rl::advantage::keeps_group;
+    use toolsmith_train::rl::reward::EpisodeReward;
+    let r = |outcome: f64, penalty: f64| EpisodeReward { total: outcome + penalty, outcome, steps: Vec::new() };
+    // All wrong, lengths differ (an overlong penalty on one): the totals differ but the group
+    // only teaches brevity; DAPO drops it.
+    assert!(!keeps_group(&[r(0.0, 0.0), r(0.0, -0.5), r(0.0, 0.0)]));
+    // All right, one of them overlong: dropped too.
+    assert!(!keeps_group(&[r(1.0, -1.0), r(1.0, 0.0)]));
+    // Right and wrong: kept.
+    assert!(keeps_group(&[r(1.0, 0.0), r(0.0, 0.0)]));
 }
 
 fn call(name: &str, arguments: Value, verdict: &str, result: Value) -> Value {
@@ -204,19 +310,19 @@ fn searl_rewards_by_hand() {
         ],
         Some("Paris"),
     );
-    let r = reward::searl(&t, &golden, &RewardConfig::default());
+    let r = method::searl::reward(&t, &golden, &RewardConfig::default());
     assert_all_close(&r.steps, &[0.3, 0.1, -0.4, 1.1], 1e-12);
     assert!(close(r.total, 1.1, 1e-12) && r.outcome == 1.0, "{r:?}");
 
     // GAP: the outcome alone; a wrong or missing answer is 0.
-    assert_eq!(reward::gap(&t, &golden).total, 1.0);
+    assert_eq!(method::gap::reward(&t, &golden).total, 1.0);
     assert_eq!(
-        reward::gap(&trajectory(vec![step("<answer>Rome</answer>", vec![], &[])], Some("Rome")), &golden).total,
+        method::gap::reward(&trajectory(vec![step("<answer>Rome</answer>", vec![], &[])], Some("Rome")), &golden).total,
         0.0
     );
-    assert_eq!(reward::gap(&trajectory(vec![step("<think>x</think>", vec![], &[])], None), &golden).total, 0.0);
+    assert_eq!(method::gap::reward(&trajectory(vec![step("<think>x</think>", vec![], &[])], None), &golden).total, 0.0);
     // MemPO: right answer but a malformed turn on the way: 0.
-    assert_eq!(reward::mempo(&t, &golden).total, 0.0);
+    assert_eq!(method::mempo::reward(&t, &golden).total, 0.0);
 }
 
 #[test]
@@ -234,12 +340,12 @@ fn mtr_tiers_and_repetition_penalty_by_hand() {
         )
     };
     // Reasoning and answer agree and are right.
-    assert!(close(reward::mtr(&answer("so it is Paris.", "Paris"), &golden, &config).total, 1.0, 1e-12));
+    assert!(close(method::mtr::reward(&answer("so it is Paris.", "Paris"), &golden, &config).total, 1.0, 1e-12));
     // The answer is right, the reasoning never said it.
-    assert!(close(reward::mtr(&answer("done", "Paris"), &golden, &config).total, 0.6, 1e-12));
+    assert!(close(method::mtr::reward(&answer("done", "Paris"), &golden, &config).total, 0.6, 1e-12));
     // The reasoning found it, the answer is wrong.
-    assert!(close(reward::mtr(&answer("Paris it is", "Rome"), &golden, &config).total, 0.3, 1e-12));
-    assert_eq!(reward::mtr(&answer("hmm", "Rome"), &golden, &config).total, 0.0);
+    assert!(close(method::mtr::reward(&answer("Paris it is", "Rome"), &golden, &config).total, 0.3, 1e-12));
+    assert_eq!(method::mtr::reward(&answer("hmm", "Rome"), &golden, &config).total, 0.0);
     // Seven identical calls: six repeats at 0.1, capped at 0.5.
     let repeated = trajectory(
         vec![
@@ -248,7 +354,7 @@ fn mtr_tiers_and_repetition_penalty_by_hand() {
         ],
         Some("Paris"),
     );
-    assert!(close(reward::mtr(&repeated, &golden, &config).total, 0.5, 1e-12));
+    assert!(close(method::mtr::reward(&repeated, &golden, &config).total, 0.5, 1e-12));
 }
 
 fn tiny_rl(
@@ -256,14 +362,15 @@ fn tiny_rl(
     iterations: u64,
     resume: bool,
 ) -> Result<toolsmith_train::rl::RlTrainer, toolsmith_train::TrainError> {
-    tiny_rl_with(out, iterations, resume, toolsmith_train::rl::Method::Searl)
+    tiny_rl_with(out, iterations, resume, toolsmith_train::rl::Method::SEARL, |_| {})
 }
 
 fn tiny_rl_with(
     out: &std::path::Path,
     iterations: u64,
-    resume: bool,
+    resume: impl Into<toolsmith_train::Resume>,
     method: toolsmith_train::rl::Method,
+    edit: impl FnOnce(&mut toolsmith_train::rl::RlConfig),
 ) -> Result<toolsmith_train::rl::RlTrainer, toolsmith_train::TrainError> {
     use std::sync::Arc;
     use toolsmith_agent::env::Corpus;
@@ -272,7 +379,7 @@ fn tiny_rl_with(
     use toolsmith_train::rl::{RlConfig, RlTrainer};
     let tools = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
     let base = RlConfig::for_method(method);
-    let config = RlConfig {
+    let mut config = RlConfig {
         worlds: WorldsData { seeds: vec![5, 6], countries: 2, tasks_per_family: 1, styles: vec![method.mode()] },
         eval: Some(EvalConfig {
             world_seed: 77,
@@ -294,6 +401,9 @@ fn tiny_rl_with(
         checkpoint_every: 1,
         ..base
     };
+    // The method's overlong buffer, scaled to this short budget.
+    config.overlong_cache = config.overlong_cache.min(config.max_tokens / 4);
+    edit(&mut config);
     RlTrainer::prepare(config, out, resume, &tools)
 }
 
@@ -364,7 +474,7 @@ fn mtr_rollouts_call_simulated_tools_while_evaluation_uses_the_real_ones() {
     use toolsmith_train::rl::Method;
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
-    let mut trainer = tiny_rl_with(&out, 1, false, Method::Mtr).expect("prepare");
+    let mut trainer = tiny_rl_with(&out, 1, false, Method::MTR, |_| {}).expect("prepare");
     let tools = trainer.training_tools(0).expect("a training world");
     let manifests = tools.manifests();
     assert!(manifests.iter().any(|m| m.name.as_str() == "search"), "{manifests:?}");
@@ -380,4 +490,309 @@ fn mtr_rollouts_call_simulated_tools_while_evaluation_uses_the_real_ones() {
     assert_eq!(records.iter().filter(|r| matches!(r, Record::Iteration(_))).count(), 1);
     assert_eq!(records.iter().filter(|r| matches!(r, Record::Eval(_))).count(), 2);
     assert!(!out.join("registry.db").exists(), "MTR grows no tool graph");
+}
+
+#[test]
+fn a_resume_with_other_run_defining_settings_is_refused_unless_allowed() {
+    use toolsmith_train::Resume;
+    use toolsmith_train::metrics::{Record, read};
+    use toolsmith_train::rl::Method;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let no_eval = |c: &mut toolsmith_train::rl::RlConfig| c.eval = None;
+    tiny_rl_with(&out, 1, false, Method::GAP, no_eval).expect("prepare").run(&mut |_| {}).expect("trains");
+    // Another method, learning rate, group size and clip range: each named.
+    let err = tiny_rl_with(&out, 2, true, Method::SEARL, no_eval).expect_err("another method").to_string();
+    assert!(err.contains("method") && err.contains("--allow-config-change"), "{err}");
+    let changed = |c: &mut toolsmith_train::rl::RlConfig| {
+        c.eval = None;
+        c.lr = 5e-4;
+        c.group_size = 4;
+        c.loss.clip_high = 0.3;
+    };
+    let err = tiny_rl_with(&out, 2, true, Method::GAP, changed).expect_err("changed settings").to_string();
+    for field in ["lr", "group_size", "loss.clip_high"] {
+        assert!(err.contains(field), "{field}: {err}");
+    }
+    // A longer run, another evaluation or checkpoint cadence: allowed.
+    let longer = |c: &mut toolsmith_train::rl::RlConfig| {
+        c.eval = None;
+        c.checkpoint_every = 3;
+    };
+    drop(tiny_rl_with(&out, 2, true, Method::GAP, longer).expect("a longer run resumes"));
+    // Allowed explicitly: it resumes, and the metrics say what changed.
+    let mut resumed = tiny_rl_with(&out, 2, Resume::AllowingChanges, Method::GAP, changed).expect("allowed");
+    resumed.run(&mut |_| {}).expect("trains");
+    let records = read(&out.join("metrics.jsonl")).expect("metrics");
+    let noted: Vec<_> =
+        records.iter().filter_map(|r| if let Record::Resumed(r) = r { Some(r) } else { None }).collect();
+    assert_eq!(noted.len(), 1, "{records:?}");
+    assert_eq!(noted[0].step, 1);
+    assert_eq!(noted[0].changed, vec!["group_size", "loss.clip_high", "lr"]);
+}
+
+fn task(golden: &str) -> toolsmith_agent::env::Task {
+    serde_json::from_value(json!({"question": "What is the capital?", "golden_answers": [golden]})).expect("a task")
+}
+
+/// A tiny policy, its sequence builder and `method`'s settings (with `norm`), for credit tests.
+fn credit_fixture(
+    method: toolsmith_train::rl::Method,
+    norm: GroupNorm,
+) -> (
+    std::sync::Mutex<toolsmith_policy::Policy>,
+    toolsmith_train::sequence::SequenceBuilder,
+    toolsmith_train::rl::RlConfig,
+) {
+    let policy = toolsmith_policy::Policy::tiny(0, Default::default()).expect("tiny policy");
+    let builder = toolsmith_train::sequence::SequenceBuilder::for_policy(&policy).expect("builder");
+    let config =
+        toolsmith_train::rl::RlConfig { group_norm: norm, ..toolsmith_train::rl::RlConfig::for_method(method) };
+    (std::sync::Mutex::new(policy), builder, config)
+}
+
+/// A sequence of 10 tokens whose turn 0 is tokens 3..6 and turn 1 tokens 7..10.
+fn two_turns() -> toolsmith_train::rl::episode::EpisodeSequence {
+    use toolsmith_train::rl::episode::{EpisodeSequence, TurnSpan};
+    let mut mask = vec![false; 10];
+    mask[3..6].fill(true);
+    mask[7..10].fill(true);
+    EpisodeSequence {
+        tokens: toolsmith_policy::TokenSequence { ids: (1..=10).collect(), loss_mask: mask },
+        behaviour: vec![0.0; 10],
+        turns: vec![TurnSpan { step: 0, range: 3..6 }, TurnSpan { step: 1, range: 7..10 }],
+    }
+}
+
+fn no_mem(_: &[i64]) -> Result<Option<std::ops::Range<usize>>, toolsmith_train::TrainError> {
+    Ok(None)
+}
+
+#[test]
+fn gap_credit_with_dapo_overlong_filtering_by_hand() {
+    use toolsmith_train::rl::Method;
+    use toolsmith_train::rl::method::{CreditContext, GroupView, token_advantages};
+    let (policy, builder, config) = credit_fixture(Method::GAP, GroupNorm::MeanStd);
+    let golden = task("Paris");
+    let ep = |answer: &str| {
+        trajectory(
+            vec![
+                step("<tool_call>{}</tool_call>", vec![], &[]),
+                step(&format!("<answer>{answer}</answer>"), vec![], &[]),
+            ],
+            Some(answer),
+        )
+    };
+    let episodes = vec![ep("Paris"), ep("Rome"), ep("Rome"), ep("Paris")];
+    let assign = Method::GAP.spec().assign;
+    let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
+    let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
+    let credit =
+        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    // Binary EM 1, 0, 0, 1: mean 0.5, sample std 0.57735, A = +-0.866025 on every turn.
+    for (i, sign) in [1.0, -1.0, -1.0, 1.0].into_iter().enumerate() {
+        for turn in &credit[i] {
+            assert!(close(turn.turn, sign * 0.866025, 1e-5) && turn.memory == 0.0, "{i}: {turn:?}");
+        }
+    }
+    // Episode 0's sequence with its second turn cut by the budget: the cut turn leaves the loss
+    // mask (so the token-mean denominator and the KL), the first keeps A_E.
+    let mut seq = two_turns();
+    let a = token_advantages(&mut seq, &credit[0], |s| s == 1, no_mem).expect("advantages");
+    let want = [0.0, 0.0, 0.0, 0.866025, 0.866025, 0.866025, 0.0, 0.0, 0.0, 0.0];
+    assert_all_close(&a, &want, 1e-5);
+    let trained: Vec<usize> = seq.tokens.loss_mask.iter().enumerate().filter(|(_, m)| **m).map(|(i, _)| i).collect();
+    assert_eq!(trained, vec![3, 4, 5]);
+    assert_eq!(token_weights(&[trained.len()], Aggregation::TokenMean, 0), vec![1.0 / 3.0]);
+}
+
+#[test]
+fn searl_credit_is_the_episode_plus_lambda_times_the_tool_anchored_step_advantage() {
+    use toolsmith_train::rl::Method;
+    use toolsmith_train::rl::method::{CreditContext, GroupView, token_advantages};
+    use toolsmith_train::rl::reward::EpisodeReward;
+    let (policy, builder, mut config) = credit_fixture(Method::SEARL, GroupNorm::Mean);
+    let golden = task("Paris");
+    let f = || call("f", json!({"x": 1}), "valid", json!({"y": 2}));
+    let ep = |answer: &str| {
+        trajectory(
+            vec![step("<tool_call>{}</tool_call>", vec![f()], &[]), step("<answer>x</answer>", vec![], &[])],
+            Some(answer),
+        )
+    };
+    let episodes = vec![ep("Paris"), ep("Rome")];
+    // Step rewards by hand: totals 1.3 and 0.3 (A_E = +-0.5 with Dr. GRPO's mean).
+    let rewards = vec![
+        EpisodeReward { total: 1.3, outcome: 1.0, steps: vec![0.2, 1.1] },
+        EpisodeReward { total: 0.3, outcome: 0.0, steps: vec![0.2, 0.1] },
+    ];
+    let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
+    let assign = Method::SEARL.spec().assign;
+    // Both first turns are anchored on `f`: returns (gamma 0.5) 0.2 + 0.5 * 1.1 = 0.75 and
+    // 0.2 + 0.5 * 0.1 = 0.25, mean 0.5, so A_S = +-0.25; the answers have no anchor (A_S 0).
+    let credit =
+        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    let turns = |i: usize| credit[i].iter().map(|t| t.turn).collect::<Vec<_>>();
+    assert_all_close(&turns(0), &[0.75, 0.5], 1e-12);
+    assert_all_close(&turns(1), &[-0.75, -0.5], 1e-12);
+    // lambda 2 doubles the step part only.
+    config.step_credit.lambda = 2.0;
+    let credit =
+        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    assert_all_close(&credit[0].iter().map(|t| t.turn).collect::<Vec<_>>(), &[1.0, 0.5], 1e-12);
+    let mut seq = two_turns();
+    let a = token_advantages(&mut seq, &credit[0], |_| false, no_mem).expect("advantages");
+    assert_all_close(&a, &[0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5, 0.5, 0.5], 1e-12);
+}
+
+#[test]
+fn mtr_credit_follows_its_composite_reward() {
+    use toolsmith_train::rl::Method;
+    use toolsmith_train::rl::method::{CreditContext, GroupView};
+    let (policy, builder, config) = credit_fixture(Method::MTR, GroupNorm::Mean);
+    let golden = task("Paris");
+    let search = || call("search", json!({"query": "capital"}), "valid", json!({"results": []}));
+    let ep = |calls: usize, think: &str, answer: &str| {
+        trajectory(
+            vec![
+                step("<tool_call>{}</tool_call>", (0..calls).map(|_| search()).collect(), &[]),
+                step(&format!("<think>{think}</think><answer>{answer}</answer>"), vec![], &[]),
+            ],
+            Some(answer),
+        )
+    };
+    // Consistent and right 1.0; right but unstated 0.6 minus two repeats 0.2 = 0.4; the
+    // reasoning right only 0.3; neither 0.
+    let episodes =
+        vec![ep(1, "so Paris", "Paris"), ep(3, "done", "Paris"), ep(1, "Paris", "Rome"), ep(1, "hmm", "Rome")];
+    let assign = Method::MTR.spec().assign;
+    let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
+    assert_all_close(&rewards.iter().map(|r| r.total).collect::<Vec<_>>(), &[1.0, 0.4, 0.3, 0.0], 1e-12);
+    let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
+    let credit =
+        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    // Mean 0.425.
+    for (i, want) in [0.575, -0.025, -0.125, -0.425].into_iter().enumerate() {
+        assert!(credit[i].iter().all(|t| close(t.turn, want, 1e-12) && t.memory == 0.0), "{i}: {:?}", credit[i]);
+    }
+}
+
+#[test]
+fn mempo_credit_puts_the_memory_term_on_mem_tokens_only() {
+    use toolsmith_train::rl::Method;
+    use toolsmith_train::rl::episode::{EpisodeSequence, TurnSpan, mem_span};
+    use toolsmith_train::rl::method::{CreditContext, GroupView, TurnCredit, token_advantages};
+    let (policy, builder, config) = credit_fixture(Method::MEMPO, GroupNorm::Mean);
+    let golden = task("Paris");
+    let episodes = vec![
+        trajectory(
+            vec![
+                step("<mem>the capital is Paris</mem><tool_call>{}</tool_call>", vec![], &[]),
+                step("<answer>Paris</answer>", vec![], &[]),
+            ],
+            Some("Paris"),
+        ),
+        trajectory(
+            vec![
+                step("<tool_call>{}</tool_call>", vec![], &[]),
+                step("<mem>nothing found</mem><answer>Rome</answer>", vec![], &[]),
+            ],
+            Some("Rome"),
+        ),
+    ];
+    let assign = Method::MEMPO.spec().assign;
+    let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
+    let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
+    let credit =
+        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    // Episode advantages +-0.5 on every turn; the two memories form the pool (their advantages
+    // are opposite); the turns without a memory get no memory term.
+    assert!(credit[0].iter().all(|t| close(t.turn, 0.5, 1e-12)), "{credit:?}");
+    assert!(credit[1].iter().all(|t| close(t.turn, -0.5, 1e-12)), "{credit:?}");
+    assert_eq!((credit[0][1].memory, credit[1][0].memory), (0.0, 0.0));
+    let (m0, m1) = (credit[0][0].memory, credit[1][1].memory);
+    assert!(m0 != 0.0 && close(m0 + m1, 0.0, 1e-12), "{m0} {m1}");
+
+    // Assembled: the `<mem>` block's tokens carry turn + memory, the rest of the turn the turn's.
+    let guard = policy.lock().expect("policy");
+    let tokenizer = guard.tokenizer();
+    let ids =
+        tokenizer.encode("<think>plan</think><mem>the capital is Paris</mem><tool_call>{}</tool_call>").expect("ids");
+    let n = ids.len();
+    let mut seq = EpisodeSequence {
+        tokens: toolsmith_policy::TokenSequence {
+            ids: [vec![1, 2], ids.clone()].concat(),
+            loss_mask: [vec![false; 2], vec![true; n]].concat(),
+        },
+        behaviour: vec![0.0; n + 2],
+        turns: vec![TurnSpan { step: 0, range: 2..n + 2 }],
+    };
+    let credit = [TurnCredit { turn: 0.5, memory: 0.25 }];
+    let a = token_advantages(&mut seq, &credit, |_| false, |ids| Ok(mem_span(tokenizer, ids)?)).expect("advantages");
+    let span = mem_span(tokenizer, &ids).expect("decodes").expect("a memory");
+    assert_eq!(tokenizer.decode(&ids[span.clone()]).expect("decodes"), "<mem>the capital is Paris</mem>");
+    for (i, &v) in a.iter().enumerate().skip(2) {
+        let want = if span.contains(&(i - 2)) { 0.75 } else { 0.5 };
+        assert!(close(v, want, 1e-12), "token {i}: {v}");
+    }
+}
+
+#[test]
+fn mem_span_skips_memories_inside_think_and_keeps_utf8_characters_whole() {
+    use toolsmith_train::rl::episode::mem_span;
+    let policy = toolsmith_policy::Policy::tiny(0, Default::default()).expect("tiny policy");
+    let tokenizer = policy.tokenizer();
+    let span_text = |text: &str| {
+        let ids = tokenizer.encode(text).expect("ids");
+        mem_span(tokenizer, &ids).expect("decodes").map(|r| tokenizer.decode(&ids[r]).expect("decodes"))
+    };
+    // A `<mem>` the model only thinks about is not its memory.
+    assert_eq!(
+        span_text("<think>maybe <mem>draft</mem> later</think><mem>final</mem><answer>x</answer>").as_deref(),
+        Some("<mem>final</mem>")
+    );
+    // Characters of several bytes, split over byte-level tokens, before and inside the block.
+    assert_eq!(span_text("😀é Zürich <mem>Zürich 😀 café</mem> done").as_deref(), Some("<mem>Zürich 😀 café</mem>"));
+    // No closed block, or one only inside `<think>`: none.
+    assert_eq!(span_text("<mem>never closed"), None);
+    assert_eq!(span_text("<think><mem>x</mem></think><answer>y</answer>"), None);
+}
+
+#[test]
+fn gigpo_adds_a_step_advantage_among_turns_from_the_same_state() {
+    use toolsmith_train::rl::Method;
+    use toolsmith_train::rl::method::{CreditContext, GroupView};
+    let gigpo = Method::parse("gigpo").expect("registered by one line in METHODS");
+    let (policy, builder, config) = credit_fixture(gigpo, GroupNorm::Mean);
+    assert_eq!(config.step_credit.gamma, 0.95);
+    let golden = task("Paris");
+    let ep = |observation: &str, answer: &str| {
+        let mut t = trajectory(
+            vec![
+                step("<tool_call>{}</tool_call>", vec![], &[]),
+                step(&format!("<answer>{answer}</answer>"), vec![], &[]),
+            ],
+            Some(answer),
+        );
+        t.steps[0].observation = observation.into();
+        t
+    };
+    let assign = gigpo.spec().assign;
+    let credit_of = |episodes: &[Trajectory]| {
+        let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
+        let view = GroupView { task: &golden, episodes, rewards: &rewards };
+        let credit = assign
+            .credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder })
+            .expect("credit");
+        credit.iter().map(|turns| turns.iter().map(|t| t.turn).collect::<Vec<_>>()).collect::<Vec<_>>()
+    };
+    // A_E = +-0.5. Both first turns act from the question alone: returns 0.95 * 1 and 0, mean
+    // 0.475, A_S = +-0.475. The second turns saw different observations: states of one, no A_S.
+    let credit = credit_of(&[ep("A", "Paris"), ep("B", "Rome")]);
+    assert_all_close(&credit[0], &[0.975, 0.5], 1e-12);
+    assert_all_close(&credit[1], &[-0.975, -0.5], 1e-12);
+    // The same observation: the second turns share a state too (returns 1 and 0: A_S = +-0.5).
+    let credit = credit_of(&[ep("A", "Paris"), ep("A", "Rome")]);
+    assert_all_close(&credit[0], &[0.975, 1.0], 1e-12);
+    assert_all_close(&credit[1], &[-0.975, -1.0], 1e-12);
 }

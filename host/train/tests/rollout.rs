@@ -14,13 +14,13 @@ use toolsmith_policy::{LoadOptions, Policy};
 use toolsmith_train::rl::episode::episode_sequences;
 use toolsmith_train::sequence::SequenceBuilder;
 
-fn episodes(policy: &Arc<Mutex<Policy>>, mode: Mode, seed: u64) -> Vec<Trajectory> {
+fn episodes(policy: &Arc<Mutex<Policy>>, mode: Mode, seed: u64, temperature: f64) -> Vec<Trajectory> {
     let world = World::generate(WorldConfig { seed: 3, countries: 2, tasks_per_family: 1 });
     let corpus = Arc::new(Corpus::new(&world.documents()).expect("corpus"));
     let config = AgentConfig {
         mode,
         max_turns: 3,
-        generate: GenerateOptions { max_tokens: 40, temperature: 1.0, seed, ..GenerateOptions::default() },
+        generate: GenerateOptions { max_tokens: 40, temperature, seed, ..GenerateOptions::default() },
         ..AgentConfig::default()
     };
     let agent = Agent::new(
@@ -41,7 +41,7 @@ fn the_trainer_recomputes_the_behaviour_log_probs_of_sampled_episodes() {
     drop(guard);
     let (mut turns, mut scored, mut max_diff, mut retokenized_differ) = (0, 0, 0.0_f64, 0);
     for (mode, seed) in [(Mode::Gap, 1), (Mode::Mem, 2), (Mode::React, 3)] {
-        for trajectory in episodes(&policy, mode, seed) {
+        for trajectory in episodes(&policy, mode, seed, 1.0) {
             let policy = policy.lock().expect("policy");
             let sequences = episode_sequences(&builder, &trajectory).expect("sequences");
             // Every turn is scored once. Full history: one sequence. MemPO: a turn shares a
@@ -67,7 +67,7 @@ fn the_trainer_recomputes_the_behaviour_log_probs_of_sampled_episodes() {
                     let text_ids = policy.tokenizer().encode(&step.text).expect("encodes");
                     retokenized_differ += usize::from(text_ids != tokens.content_ids());
                 }
-                let (n, diff) = common::rescore(&policy, seq);
+                let (n, diff) = common::rescore(&policy, seq, 1.0);
                 scored += n;
                 max_diff = max_diff.max(diff);
             }
@@ -79,4 +79,30 @@ fn the_trainer_recomputes_the_behaviour_log_probs_of_sampled_episodes() {
     );
     assert!(turns >= 9 && scored > 200, "{turns} turns, {scored} tokens");
     assert!(max_diff < 1e-3, "max abs log-prob difference {max_diff}");
+}
+
+#[test]
+fn tokens_sampled_at_a_temperature_rescore_to_their_behaviour_log_probs() {
+    tch::set_num_threads(1);
+    let policy = Arc::new(Mutex::new(Policy::tiny(11, LoadOptions::default()).expect("tiny policy")));
+    let builder = SequenceBuilder::for_policy(&policy.lock().expect("policy")).expect("builder");
+    let (mut scored, mut max_diff, mut untempered) = (0, 0.0_f64, 0.0_f64);
+    for (mode, seed) in [(Mode::Gap, 4), (Mode::React, 5)] {
+        for trajectory in episodes(&policy, mode, seed, 0.7) {
+            let policy = policy.lock().expect("policy");
+            for seq in episode_sequences(&builder, &trajectory).expect("sequences") {
+                let (n, diff) = common::rescore(&policy, &seq, 0.7);
+                scored += n;
+                max_diff = max_diff.max(diff);
+                untempered = untempered.max(common::rescore(&policy, &seq, 1.0).1);
+            }
+        }
+    }
+    println!(
+        "{scored} tokens sampled at T = 0.7: max |trainer - behaviour| = {max_diff:.2e} (untempered: {untempered:.2e})"
+    );
+    assert!(scored > 100, "{scored} tokens");
+    assert!(max_diff < 1e-4, "max abs log-prob difference {max_diff}");
+    // Scoring the untempered distribution would be another distribution: the test can tell.
+    assert!(untempered > 1e-2, "{untempered}");
 }

@@ -102,7 +102,7 @@ fn worker(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig) {
             let (same, rest): (Vec<Job>, Vec<Job>) =
                 batch.into_iter().partition(|j| GenerateOptions { seed: 0, ..j.options.clone() } == key);
             batch = rest;
-            let policy = policy.lock().unwrap_or_else(|p| p.into_inner());
+            let policy = toolsmith_contract::sync::lock(&policy);
             decode(&policy, same, &mut prefix);
         }
     }
@@ -121,7 +121,7 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
             return;
         }
     };
-    let context = usize::try_from(policy.config().common().max_position_embeddings).unwrap_or(usize::MAX);
+    let context = policy.context_len();
     // Each request's prompt; a request that cannot be encoded or does not fit is answered now.
     let mut ready: Vec<(Job, Vec<i64>)> = Vec::with_capacity(jobs.len());
     for job in jobs {

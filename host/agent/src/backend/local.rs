@@ -52,12 +52,12 @@ impl LocalBackend {
         options: &GenerateOptions,
         mut on_text: Option<&mut dyn FnMut(&str)>,
     ) -> Result<(Completion, u64), BackendError> {
-        let policy = self.policy.lock().unwrap_or_else(|p| p.into_inner());
+        let policy = toolsmith_contract::sync::lock(&self.policy);
         let tokenizer = policy.tokenizer();
         let template = ChatTemplate::of(tokenizer)?;
         let prompt = template.encode(tokenizer, messages, true)?.ids;
         // Positions past the model's context are not refused by the arithmetic, only wrong.
-        let context = usize::try_from(policy.config().common().max_position_embeddings).unwrap_or(usize::MAX);
+        let context = policy.context_len();
         if prompt.len() >= context {
             return Err(BackendError::ContextFull { prompt: prompt.len(), context });
         }
@@ -70,7 +70,7 @@ impl LocalBackend {
             }
         };
         let callback: Option<&mut dyn FnMut(TokenEvent<'_>)> = Some(&mut forward);
-        let mut prefix = self.prefix.lock().unwrap_or_else(|p| p.into_inner());
+        let mut prefix = toolsmith_contract::sync::lock(&self.prefix);
         let (mut generations, _) =
             policy.generate_with_prefix(std::slice::from_ref(&prompt), &params, None, callback, &mut prefix)?;
         let generation = generations.pop().ok_or_else(|| BackendError::Join("no generation".into()))?;

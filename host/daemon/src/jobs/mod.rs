@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -25,9 +25,10 @@ use serde_json::{Value, json};
 use toolsmith_agent::env::Corpus;
 use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_contract::ToolKind;
+use toolsmith_contract::sync::lock;
 use toolsmith_registry::{NewTool, Registered, Registry, SortBy};
 use toolsmith_sandbox::Limits;
-use toolsmith_train::rl::{RlConfig, RlEvent, RlTrainer};
+use toolsmith_train::rl::{RlConfig, RlTrainer};
 use toolsmith_train::{Event, SftConfig, TrainError, sft};
 
 use crate::Daemon;
@@ -183,10 +184,6 @@ pub enum JobError {
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The jobs table.
@@ -630,14 +627,7 @@ impl Jobs {
                     serde_json::from_value(job.config.clone()).map_err(|e| TrainError::Config(e.to_string()))?;
                 let mut trainer = sft::prepare(config, &job.dir, resume, &tools_for)?;
                 self.running(job.id, trainer.cancel_flag());
-                trainer.run(&mut |event| match event {
-                    Event::Data { .. } => {}
-                    Event::Started { step, total } => self.started(job.id, step, total),
-                    Event::Step(m) => self.stepped(job.id, m.step, serde_json::to_value(m).ok()),
-                    Event::EvalStarted { .. } => self.phase("evaluating"),
-                    Event::Eval(_) => self.phase("training"),
-                    Event::Checkpoint { step, dir } => self.checkpoint(job.id, step, dir, false),
-                })
+                trainer.run(&mut |event| self.on_event(job.id, event, false))
             }
             JobKind::Rl => {
                 let config: RlConfig =
@@ -645,14 +635,21 @@ impl Jobs {
                 let graph = config.graph.is_some();
                 let mut trainer = RlTrainer::prepare(config, &job.dir, resume, &tools_for)?;
                 self.running(job.id, trainer.cancel_flag());
-                trainer.run(&mut |event| match event {
-                    RlEvent::Started { iteration, total } => self.started(job.id, iteration, total),
-                    RlEvent::Iteration(m) => self.stepped(job.id, m.iteration, serde_json::to_value(m).ok()),
-                    RlEvent::EvalStarted { .. } => self.phase("evaluating"),
-                    RlEvent::Eval(_) => self.phase("training"),
-                    RlEvent::Checkpoint { iteration, dir } => self.checkpoint(job.id, iteration, dir, graph),
-                })
+                trainer.run(&mut |event| self.on_event(job.id, event, graph))
             }
+        }
+    }
+
+    /// What a running job's events do: progress in the store and in `/status`, and at each
+    /// checkpoint the served policy swapped (and, with `graph`, its admitted tools registered).
+    fn on_event(&self, id: i64, event: Event<'_>, graph: bool) {
+        match event {
+            Event::Data { .. } => {}
+            Event::Started { step, total } => self.started(id, step, total),
+            Event::Step(record) => self.stepped(id, record.step(), record.figures()),
+            Event::EvalStarted { .. } => self.phase("evaluating"),
+            Event::Eval(_) => self.phase("training"),
+            Event::Checkpoint { step, dir } => self.checkpoint(id, step, dir, graph),
         }
     }
 

@@ -50,10 +50,18 @@ pub fn group_advantages(rewards: &[f64], norm: GroupNorm) -> Vec<f64> {
         .collect()
 }
 
-/// Whether a group teaches anything: false when every reward is the same (within 1e-9).
+/// Whether a group teaches anything: false when every value is the same (within 1e-9). DAPO's
+/// dynamic sampling asks it of the episodes' accuracy (their outcomes), not of shaped totals: an
+/// all-wrong group whose lengths differ would otherwise stay and teach only brevity.
 pub fn informative(rewards: &[f64]) -> bool {
     let (lo, hi) = rewards.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &r| (lo.min(r), hi.max(r)));
     rewards.len() > 1 && hi - lo > 1e-9
+}
+
+/// DAPO's dynamic sampling: whether a group is kept, judged on its episodes' accuracy (the
+/// method's outcome) rather than on shaped totals.
+pub fn keeps_group(rewards: &[crate::rl::reward::EpisodeReward]) -> bool {
+    informative(&rewards.iter().map(|r| r.outcome).collect::<Vec<_>>())
 }
 
 /// `G_t = r_t + gamma * G_{t+1}` for each step `t`.
@@ -121,12 +129,14 @@ pub fn searl_step_advantages(
     out
 }
 
-/// MemPO's memory advantages for one task's group: every `<mem>` of every step of every episode is
-/// one pool (`rewards[i][t]` is episode `i`'s memory reward at step `t`), normalised together.
-pub fn memory_advantages(rewards: &[Vec<f64>], norm: GroupNorm) -> Vec<Vec<f64>> {
-    let pooled: Vec<f64> = rewards.iter().flatten().copied().collect();
+/// MemPO's memory advantages for one task's group: `rewards[i][t]` is episode `i`'s memory
+/// reward at step `t`, `None` for a turn that wrote no `<mem>`. The memories of every step of
+/// every episode are one pool, normalised together; turns without a memory are not in the pool
+/// and get 0.
+pub fn memory_advantages(rewards: &[Vec<Option<f64>>], norm: GroupNorm) -> Vec<Vec<f64>> {
+    let pooled: Vec<f64> = rewards.iter().flatten().flatten().copied().collect();
     let mut advantages = group_advantages(&pooled, norm).into_iter();
-    rewards.iter().map(|r| r.iter().map(|_| advantages.next().unwrap_or(0.0)).collect()).collect()
+    rewards.iter().map(|r| r.iter().map(|m| m.and_then(|_| advantages.next()).unwrap_or(0.0)).collect()).collect()
 }
 
 /// MemPO's measure of how well a memory supports the answer: the geometric mean of the gold

@@ -6,55 +6,18 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use toolsmith_agent::{Mode, ToolFormat};
+use toolsmith_agent::ToolFormat;
 
 use crate::TrainError;
 use crate::config::{EvalConfig, WorldsData};
 use crate::optim::AdamWConfig;
 use crate::rl::advantage::GroupNorm;
 use crate::rl::graph::GraphConfig;
-use crate::rl::loss::{Aggregation, LossConfig};
+use crate::rl::loss::LossConfig;
+pub use crate::rl::method::Method;
 use crate::rl::reward::RewardConfig;
 
-/// Whose rewards and credit assignment a run uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Method {
-    /// GAP: graph plans with parallel calls; binary exact-match reward; DAPO.
-    Gap,
-    /// SEARL: dense behaviour rewards; episode plus tool-anchored step advantages; the tool
-    /// graph grows with the best rollouts' tools.
-    Searl,
-    /// MemPO: `<mem>` summaries replace the history; a memory advantage on `<mem>` tokens.
-    Mempo,
-    /// MTR: tiered answer-consistency reward minus a repetition penalty; GRPO with KL 0.01.
-    Mtr,
-}
-
-impl Method {
-    /// The agent mode its episodes run in.
-    pub fn mode(self) -> Mode {
-        match self {
-            Method::Gap => Mode::Gap,
-            Method::Searl => Mode::Searl,
-            Method::Mempo => Mode::Mem,
-            Method::Mtr => Mode::React,
-        }
-    }
-
-    /// Parses `gap`, `searl`, `mempo` or `mtr`.
-    pub fn parse(name: &str) -> Option<Method> {
-        match name {
-            "gap" => Some(Method::Gap),
-            "searl" => Some(Method::Searl),
-            "mempo" | "mem" => Some(Method::Mempo),
-            "mtr" => Some(Method::Mtr),
-            _ => None,
-        }
-    }
-}
-
-/// SEARL's step credit.
+/// Step credit (SEARL's tool-anchored, GiGPO's state-anchored step advantage).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StepCredit {
@@ -62,9 +25,10 @@ pub struct StepCredit {
     /// none; GiGPO, which SEARL's step advantage follows, uses 1).
     pub lambda: f64,
     /// Discount of the return-to-go. By default 0.5 (the SEARL authors' released code; the
-    /// paper gives none).
+    /// paper gives none); GiGPO's is 0.95.
     pub gamma: f64,
-    /// A tool used by a single step of the group gets no step advantage. By default on.
+    /// An anchor (a tool, a state) of a single step of the group gets no step advantage. By
+    /// default on.
     pub single_vanishing: bool,
 }
 
@@ -90,11 +54,38 @@ pub struct EngineConfig {
     /// SGLang and `toolsmith serve --policy` answer). The engine must see the run directory. By
     /// default true; without it rollouts are off-policy by however far the engine's weights are.
     pub push_weights: bool,
+    /// Which log-probs the update takes as the old policy's. An engine's log-probs differ from the
+    /// trainer's (other kernels, other precision, weights a step behind), and the clipped ratio
+    /// then measures that gap, not the update. By default `recompute`.
+    pub old_logprobs: OldLogprobs,
+    /// TIS's cap on the importance weight `p_trainer / p_engine` (with `old_logprobs = "tis"`).
+    /// By default 2.
+    pub tis_cap: f64,
+}
+
+/// Whose log-probs the update compares against when rollouts come from an engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OldLogprobs {
+    /// The trainer's policy rescores the episodes (one forward pass without gradients) and its
+    /// log-probs are the old ones, as verl recomputes them.
+    Recompute,
+    /// As `recompute`, and the policy-gradient term is also weighted per token by the truncated
+    /// importance weight `min(p_trainer / p_engine, tis_cap)` (truncated importance sampling),
+    /// which corrects for the engine having sampled from a slightly different distribution.
+    Tis,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { url: String::new(), model: "policy".into(), api_key_env: None, push_weights: true }
+        EngineConfig {
+            url: String::new(),
+            model: "policy".into(),
+            api_key_env: None,
+            push_weights: true,
+            old_logprobs: OldLogprobs::Recompute,
+            tis_cap: 2.0,
+        }
     }
 }
 
@@ -138,8 +129,10 @@ pub struct RlConfig {
     pub max_turns: usize,
     /// Tokens per turn at most. By default 160.
     pub max_tokens: usize,
-    /// Sampling temperature. By default 1.0: the behaviour log-probs are the model's own
-    /// distribution, the one the importance ratio compares.
+    /// Sampling temperature. By default 1.0. Behaviour log-probs are those of the tempered
+    /// distribution and the update rescores at the same temperature, so the importance ratio, the
+    /// KL and the entropy all read the distribution the tokens were drawn from (top-p, top-k and
+    /// the repetition penalty shape single draws and are left out, as TRL and verl do).
     pub temperature: f64,
     /// Nucleus mass. By default 1.0.
     pub top_p: f64,
@@ -166,18 +159,19 @@ pub struct RlConfig {
     pub loss: LossConfig,
     /// How a group's rewards become advantages. By default mean and std (GRPO).
     pub group_norm: GroupNorm,
-    /// DAPO's dynamic sampling: groups whose rewards are all equal are dropped and more tasks
-    /// drawn, up to `max_refills` times. By default off.
+    /// DAPO's dynamic sampling: groups whose episodes are all right or all wrong (equal
+    /// outcomes, whatever the shaping) are dropped and more tasks drawn, up to `max_refills`
+    /// times. By default off.
     pub dynamic_sampling: bool,
     /// Extra draws of tasks per iteration for dynamic sampling. By default 2.
     pub max_refills: usize,
     /// DAPO's overlong handling: the last `overlong_cache` tokens of a turn's budget ramp a
-    /// penalty to -1, and a turn cut off by the budget is masked from the loss. 0 disables it.
-    /// By default 0.
+    /// penalty to -1, and a turn cut off by the budget is masked out of the loss (its tokens count
+    /// in neither the loss, its token-mean denominator nor the KL). 0 disables it. By default 0.
     pub overlong_cache: usize,
     /// Sizes of the reward terms.
     pub rewards: RewardConfig,
-    /// SEARL's step credit.
+    /// Step credit (SEARL, GiGPO).
     pub step_credit: StepCredit,
     /// The tool graph growing during training: episodes retrieve from the run's registry and
     /// the best rollouts' tools are admitted to it; `null` lists every tool of the world instead.
@@ -208,9 +202,15 @@ pub struct RlConfig {
     pub keep_checkpoints: usize,
 }
 
+/// The settings a resumed run may change: how long it runs, how it is watched and where it runs.
+/// Every other field defines the run, and a resume that changes one is refused (see
+/// [`crate::run`]).
+pub const RESUMABLE: &[&str] =
+    &["iterations", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device", "engine"];
+
 impl Default for RlConfig {
     fn default() -> Self {
-        RlConfig::for_method(Method::Gap)
+        RlConfig::for_method(Method::GAP)
     }
 }
 
@@ -262,47 +262,7 @@ impl RlConfig {
             checkpoint_every: 5,
             keep_checkpoints: 2,
         };
-        match method {
-            // DAPO as GAP trains with it: clip-higher, token-mean, no KL, dynamic sampling,
-            // overlong shaping over the last quarter of the budget.
-            Method::Gap => RlConfig {
-                loss: LossConfig { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.0, aggregation: Aggregation::TokenMean },
-                dynamic_sampling: true,
-                overlong_cache: base.max_tokens / 4,
-                ..base
-            },
-            // SEARL: symmetric clip, KL 0.001 (its released training script), sampling at 0.7 /
-            // 0.98 with repetition penalty 1.05 (its Table 2).
-            Method::Searl => RlConfig {
-                loss: LossConfig { clip_low: 0.2, clip_high: 0.2, kl_coef: 0.001, aggregation: Aggregation::TokenMean },
-                temperature: 0.7,
-                top_p: 0.98,
-                repetition_penalty: 1.05,
-                graph: Some(GraphConfig::default()),
-                ..base
-            },
-            // MemPO: GRPO with a sequence-mean loss and a small KL.
-            Method::Mempo => RlConfig {
-                loss: LossConfig {
-                    clip_low: 0.2,
-                    clip_high: 0.2,
-                    kl_coef: 0.001,
-                    aggregation: Aggregation::SequenceMean,
-                },
-                ..base
-            },
-            // MTR: GRPO, n = 8, KL 0.01.
-            Method::Mtr => RlConfig {
-                loss: LossConfig {
-                    clip_low: 0.2,
-                    clip_high: 0.2,
-                    kl_coef: 0.01,
-                    aggregation: Aggregation::SequenceMean,
-                },
-                simulate: Some(SimulatorConfig::default()),
-                ..base
-            },
-        }
+        (method.spec().defaults)(base)
     }
 
     /// A named preset: `tiny-world` (the tiny policy from `init`, the SFT preset's worlds).
@@ -326,7 +286,7 @@ impl RlConfig {
         let method = match value.get("method") {
             Some(m) => serde_json::from_value(m.clone())
                 .map_err(|e| TrainError::Config(format!("{}: method: {e}", path.display())))?,
-            None => Method::Gap,
+            None => Method::GAP,
         };
         let mut merged =
             serde_json::to_value(RlConfig::for_method(method)).map_err(|e| TrainError::Config(e.to_string()))?;
@@ -353,6 +313,11 @@ impl RlConfig {
             && !(e.url.starts_with("http://") || e.url.starts_with("https://"))
         {
             return bad(format!("engine.url must be an http(s) URL such as http://127.0.0.1:8000/v1, got {:?}", e.url));
+        }
+        if let Some(e) = &self.engine
+            && !(e.tis_cap >= 1.0 && e.tis_cap.is_finite())
+        {
+            return bad(format!("engine.tis_cap must be a number >= 1, got {}", e.tis_cap));
         }
         if self.max_turns == 0 || self.max_tokens == 0 || self.micro_batch_tokens == 0 {
             return bad("max_turns, max_tokens and micro_batch_tokens must be positive".into());

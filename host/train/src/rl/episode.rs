@@ -10,9 +10,9 @@
 
 use std::ops::Range;
 
-use toolsmith_agent::Trajectory;
 use toolsmith_agent::backend::{Message, TurnTokens};
-use toolsmith_policy::TokenSequence;
+use toolsmith_agent::{Tag, Trajectory};
+use toolsmith_policy::{PolicyError, TokenSequence, Tokenizer};
 
 use crate::sequence::{SequenceBuilder, SequenceError};
 
@@ -123,4 +123,44 @@ pub fn episode_sequences(
             Ok(EpisodeSequence { tokens: TokenSequence { ids: encoded.ids, loss_mask: mask }, behaviour, turns: spans })
         })
         .collect()
+}
+
+/// The token range, within a turn's `ids`, of its `<mem>...</mem>` block (tags included): the
+/// first one that is not inside a `<think>` (a memory the model only thinks about is not its
+/// memory). Found in one pass: the ids are decoded once as a stream, which also keeps a token
+/// that holds part of a UTF-8 character from shifting the offsets. `None` when the turn has no
+/// closed memory block.
+pub fn mem_span(tokenizer: &Tokenizer, ids: &[i64]) -> Result<Option<Range<usize>>, PolicyError> {
+    let (text, ends) = tokenizer.decode_with_ends(ids)?;
+    let Some((start, end)) = block_outside_think(&text, Tag::Mem) else { return Ok(None) };
+    // The first token whose text reaches past `start`, through the first that reaches `end`.
+    let first = ends.partition_point(|&e| e <= start);
+    let last = ends.partition_point(|&e| e < end);
+    Ok((first < ids.len()).then(|| first..(last + 1).min(ids.len())))
+}
+
+/// The byte range of the first `<tag>...</tag>` of `text` outside any `<think>` block.
+fn block_outside_think(text: &str, tag: Tag) -> Option<(usize, usize)> {
+    let (open, close) = (format!("<{}>", tag.name()), format!("</{}>", tag.name()));
+    let (think_open, think_close) = (format!("<{}>", Tag::Think.name()), format!("</{}>", Tag::Think.name()));
+    let mut depth = 0_usize;
+    let mut at = 0;
+    while let Some(offset) = text[at..].find('<') {
+        let here = at + offset;
+        let rest = &text[here..];
+        if rest.starts_with(&think_open) {
+            depth += 1;
+            at = here + think_open.len();
+        } else if rest.starts_with(&think_close) {
+            depth = depth.saturating_sub(1);
+            at = here + think_close.len();
+        } else if depth == 0 && rest.starts_with(&open) {
+            let body = here + open.len();
+            let end = text[body..].find(&close)? + body + close.len();
+            return Some((here, end));
+        } else {
+            at = here + 1;
+        }
+    }
+    None
 }

@@ -119,7 +119,7 @@ impl TrainingGraph {
     }
 
     fn lock(&self) -> MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+        toolsmith_contract::sync::lock(&self.registry)
     }
 
     /// Where the registry lives.

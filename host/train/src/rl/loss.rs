@@ -1,6 +1,6 @@
 //! The policy-gradient loss of group-relative RL: the PPO clipped surrogate on the policy's own
 //! tokens, with separate lower and upper clip ranges (DAPO's clip-higher), a KL penalty to a frozen
-//! reference (the k3 estimator), and a choice of how token losses are aggregated (GRPO's per-sequence
+//! reference (k1, k2 or the bounded k3 estimator), and a choice of how token losses are aggregated (GRPO's per-sequence
 //! mean, DAPO's token mean, Dr. GRPO's constant normaliser).
 //!
 //! Aggregation is expressed as a weight per token, computed on the host from the whole batch
@@ -25,6 +25,24 @@ pub enum Aggregation {
     SequenceSumConstant,
 }
 
+/// How the KL to the reference is estimated per token from `log_ratio = logp - ref_logp`
+/// (Schulman, "Approximating KL divergence"; verl's `kl_penalty`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KlEstimator {
+    /// `log_ratio`: unbiased, high variance, can be negative.
+    K1,
+    /// `log_ratio^2 / 2`: biased, low variance, never negative.
+    K2,
+    /// `exp(-log_ratio) + log_ratio - 1`: unbiased, low variance, never negative (GRPO's). Its
+    /// value is clamped to [-10, 10] as verl does: one token the reference finds far less likely
+    /// would otherwise reach ~5e8 and swamp the batch.
+    K3,
+}
+
+/// The bound of the k3 estimate's value.
+pub const K3_BOUND: f64 = 10.0;
+
 /// Settings of [`policy_loss`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -34,16 +52,24 @@ pub struct LossConfig {
     /// Upper clip range: clipped above at `1 + clip_high`. By default 0.28 (DAPO's clip-higher,
     /// which keeps unlikely tokens able to grow and entropy from collapsing).
     pub clip_high: f64,
-    /// Coefficient of the k3 KL penalty to the reference policy; 0 disables it (and the reference
+    /// Coefficient of the KL penalty to the reference policy; 0 disables it (and the reference
     /// is never scored). By default 0.
     pub kl_coef: f64,
+    /// How the KL is estimated. By default `k3`.
+    pub kl_estimator: KlEstimator,
     /// How token losses aggregate. By default the token mean.
     pub aggregation: Aggregation,
 }
 
 impl Default for LossConfig {
     fn default() -> Self {
-        LossConfig { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.0, aggregation: Aggregation::TokenMean }
+        LossConfig {
+            clip_low: 0.2,
+            clip_high: 0.28,
+            kl_coef: 0.0,
+            kl_estimator: KlEstimator::K3,
+            aggregation: Aggregation::TokenMean,
+        }
     }
 }
 
@@ -100,6 +126,9 @@ pub struct LossInputs<'a> {
     /// Aggregation weight of each token (see [`token_weights`]); `[batch, 1]` broadcasts one
     /// weight per sequence.
     pub weights: &'a Tensor,
+    /// Truncated importance weights of the policy-gradient term, when rollouts came from an
+    /// engine whose log-probs differ from the trainer's (TIS): `min(p_trainer / p_engine, cap)`.
+    pub importance: Option<&'a Tensor>,
 }
 
 /// What a loss computation saw. Sums over trained tokens, so the micro-batches' stats add up to
@@ -108,7 +137,7 @@ pub struct LossInputs<'a> {
 pub struct LossStats {
     /// The clipped surrogate part of the loss (aggregation-weighted, like the loss).
     pub policy: f64,
-    /// Sum of the per-token k3 KL estimates.
+    /// Sum of the per-token KL estimates.
     pub kl_sum: f64,
     /// Trained tokens whose ratio was clipped (their gradient is zero).
     pub clipped: f64,
@@ -144,31 +173,45 @@ impl LossStats {
     }
 }
 
+/// The per-token estimate of KL(policy || reference) by `estimator`.
+pub fn kl(logprobs: &Tensor, ref_logprobs: &Tensor, estimator: KlEstimator) -> Tensor {
+    let log_ratio = logprobs - ref_logprobs;
+    match estimator {
+        KlEstimator::K1 => log_ratio,
+        KlEstimator::K2 => log_ratio.square() * 0.5,
+        KlEstimator::K3 => k3(logprobs, ref_logprobs),
+    }
+}
+
 /// The k3 estimator of KL(policy || reference) per token: `exp(ref - cur) - (ref - cur) - 1`,
-/// unbiased and never negative (Schulman's "Approximating KL divergence"; GRPO's penalty).
+/// unbiased and never negative (GRPO's penalty), its value clamped to [`K3_BOUND`].
 pub fn k3(logprobs: &Tensor, ref_logprobs: &Tensor) -> Tensor {
-    // Clamped like the reference implementations: a token the reference finds far less likely
-    // than the policy would otherwise give exp(large) and swamp the batch.
+    // The log-ratio is clamped first so exp cannot overflow, then the value itself: a log-ratio
+    // of 20 alone would give ~5e8.
     let log_ratio = (ref_logprobs - logprobs).clamp(-20.0, 20.0);
-    log_ratio.exp() - &log_ratio - 1.0
+    (log_ratio.exp() - &log_ratio - 1.0).clamp(-K3_BOUND, K3_BOUND)
 }
 
 /// The loss of one micro-batch and its stats. `logprobs` are the current policy's (with
 /// gradients).
 ///
 /// Per token: `ratio = exp(logp - old)`, `surrogate = min(ratio * A, clip(ratio, 1 - low, 1 +
-/// high) * A)`, `loss = -surrogate + kl_coef * k3`; the micro-batch's loss is the weighted sum.
+/// high) * A)` (times the TIS weight when there is one), `loss = -surrogate + kl_coef * KL`; the
+/// micro-batch's loss is the weighted sum.
 pub fn policy_loss(logprobs: &Tensor, inputs: &LossInputs<'_>, config: &LossConfig) -> (Tensor, LossStats) {
     let weights = inputs.weights * inputs.mask;
     let log_ratio = (logprobs - inputs.old_logprobs) * inputs.mask;
     let ratio = log_ratio.exp();
     let unclipped = &ratio * inputs.advantages;
     let clipped = ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high) * inputs.advantages;
-    let surrogate = unclipped.minimum(&clipped);
+    let surrogate = match inputs.importance {
+        Some(w) => unclipped.minimum(&clipped) * w,
+        None => unclipped.minimum(&clipped),
+    };
     let policy = -(&surrogate * &weights).sum(Kind::Float);
     let (loss, kl_sum) = match (inputs.ref_logprobs, config.kl_coef > 0.0) {
         (Some(reference), true) => {
-            let kl = k3(logprobs, reference) * inputs.mask;
+            let kl = kl(logprobs, reference, config.kl_estimator) * inputs.mask;
             let penalty = (&kl * &weights).sum(Kind::Float) * config.kl_coef;
             (&policy + penalty, kl.sum(Kind::Float).double_value(&[]))
         }

@@ -2,21 +2,27 @@
 //!
 //! - [`advantage`]: group normalisation (GRPO, Dr. GRPO), DAPO's dynamic sampling and soft
 //!   overlong penalty, discounted returns for step-level credit.
-//! - [`loss`]: the clipped surrogate with clip-higher, the k3 KL penalty to a frozen reference,
-//!   and the token aggregation of each method, micro-batch exact.
-//! - [`reward`]: each paper's episode reward (GAP, SEARL, MemPO, MTR).
+//! - [`loss`]: the clipped surrogate with clip-higher, the KL penalty to a frozen reference
+//!   (k1, k2 or the bounded k3), and the token aggregation of each method, micro-batch exact.
+//! - [`method`]: each paper's reward and credit assignment (GAP, SEARL, MemPO, MTR), one file
+//!   each, registered in one table; [`reward`] holds what they share.
 //! - [`episode`]: a sampled episode as token-exact sequences with behaviour log-probs.
 //! - [`graph`]: SEARL's tool graph growing during training (the run's own registry).
-//! - [`config`] and [`trainer`]: `toolsmith train rl`: rollouts in groups, rewards, advantages,
-//!   updates, checkpoints, held-out evaluation.
+//! - [`config`] and [`trainer`]: `toolsmith train rl`: rollouts in groups, rewards, credit,
+//!   updates; the loop, checkpoints and held-out evaluation are the trainer core's
+//!   ([`crate::run`]).
 
 pub mod advantage;
 pub mod config;
 pub mod episode;
 pub mod graph;
 pub mod loss;
+pub mod method;
 pub mod reward;
+mod rollout;
 pub mod trainer;
+mod update;
 
-pub use config::{Method, RlConfig};
-pub use trainer::{RlEvent, RlTrainer};
+pub use config::RlConfig;
+pub use method::{METHODS, Method};
+pub use trainer::RlTrainer;

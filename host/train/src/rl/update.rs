@@ -1,0 +1,238 @@
+//! From credited groups to an optimiser update: each episode's token-exact sequences with their
+//! per-token advantages, old log-probs (the sampler's, or the trainer's own when an engine
+//! sampled) and reference log-probs, then `epochs` clipped updates over the batch.
+
+use std::sync::Mutex;
+
+use toolsmith_agent::Trajectory;
+use toolsmith_policy::score::micro_batches;
+use toolsmith_policy::tch::{self, Kind, Tensor};
+use toolsmith_policy::{FinishReason, Policy, ScoreOptions, TokenSequence};
+
+use crate::TrainError;
+use crate::rl::config::OldLogprobs;
+use crate::rl::episode::{EpisodeSequence, episode_sequences, mem_span};
+use crate::rl::loss::{LossInputs, LossStats, policy_loss, token_weights};
+use crate::rl::method::{TurnCredit, token_advantages};
+use crate::rl::rollout::Group;
+use crate::rl::trainer::RlUnit;
+use crate::run::{Core, padded_rows};
+
+/// A trained sequence with its per-token inputs.
+pub(super) struct Example {
+    sequence: EpisodeSequence,
+    advantages: Vec<f64>,
+    /// The old policy's log-probs: the sampler's (behaviour) or the trainer's rescoring.
+    old: Vec<f64>,
+    reference: Option<Vec<f64>>,
+    /// TIS weights, when an engine sampled and the run asks for them.
+    importance: Option<Vec<f64>>,
+}
+
+/// What an update did.
+#[derive(Debug, Default)]
+pub(super) struct UpdateOutcome {
+    /// The surrogate loss of the last epoch.
+    pub(super) loss: f64,
+    /// Gradient norm before clipping, last epoch.
+    pub(super) grad_norm: f64,
+    /// Learning rate of the last epoch.
+    pub(super) lr: f64,
+    /// The first (on-policy) epoch's loss statistics.
+    pub(super) stats: LossStats,
+    /// Mean entropy per trained token, first epoch.
+    pub(super) entropy: f64,
+}
+
+/// Whether DAPO's overlong filtering takes `episode`'s turn `step` out of the loss: the budget
+/// cut it off.
+fn cut(episode: &Trajectory, step: usize, overlong_cache: usize) -> bool {
+    overlong_cache > 0
+        && episode.steps.get(step).and_then(|s| s.tokens.as_ref()).is_some_and(|t| t.finish == FinishReason::Length)
+}
+
+impl RlUnit {
+    /// The examples of one group from its turns' credit (`credit[episode][turn]`).
+    pub(super) fn examples(&self, group: &Group, credit: &[Vec<TurnCredit>]) -> Result<Vec<Example>, TrainError> {
+        let tokenizer = self.builder.tokenizer();
+        let mut examples = Vec::new();
+        for (episode, credit) in group.episodes.iter().zip(credit) {
+            let sequences = match episode_sequences(&self.builder, episode) {
+                Ok(s) => s,
+                Err(e) => {
+                    // An episode that cannot be scored (past the context) is left out, not fatal.
+                    tracing::warn!(task = %group.task.id, "episode left out of the update: {e}");
+                    continue;
+                }
+            };
+            for mut sequence in sequences {
+                let advantages = token_advantages(
+                    &mut sequence,
+                    credit,
+                    |step| cut(episode, step, self.config.overlong_cache),
+                    |ids| Ok(mem_span(tokenizer, ids)?),
+                )?;
+                if !sequence.tokens.loss_mask.iter().any(|&m| m) {
+                    continue;
+                }
+                let old = sequence.behaviour.clone();
+                examples.push(Example { sequence, advantages, old, reference: None, importance: None });
+            }
+        }
+        Ok(examples)
+    }
+
+    /// With rollouts from an engine: the trainer rescores every example with the policy the
+    /// engine sampled (one forward pass without gradients) and its log-probs become the old
+    /// ones; with `tis`, the policy-gradient term is also weighted by `min(p_trainer / p_engine,
+    /// cap)`. Returns the mean absolute engine/trainer log-prob gap per sampled token.
+    pub(super) fn old_logprobs(
+        &self,
+        examples: &mut [Example],
+        policy: &Mutex<Policy>,
+    ) -> Result<Option<f64>, TrainError> {
+        let Some(engine) = &self.config.engine else { return Ok(None) };
+        let options = ScoreOptions::at(self.config.temperature);
+        let scored =
+            score_all(&toolsmith_contract::sync::lock(policy), examples, &options, self.config.micro_batch_tokens)?;
+        let (mut gap, mut tokens) = (0.0, 0usize);
+        for (example, trainer) in examples.iter_mut().zip(scored) {
+            let mask = &example.sequence.tokens.loss_mask;
+            let mut importance = vec![0.0; trainer.len()];
+            for (i, &m) in mask.iter().enumerate() {
+                if m {
+                    let engine_lp = example.sequence.behaviour[i];
+                    gap += (trainer[i] - engine_lp).abs();
+                    tokens += 1;
+                    importance[i] = (trainer[i] - engine_lp).exp().min(engine.tis_cap);
+                }
+            }
+            example.old = trainer;
+            if engine.old_logprobs == OldLogprobs::Tis {
+                example.importance = Some(importance);
+            }
+        }
+        Ok(Some(gap / tokens.max(1) as f64))
+    }
+
+    /// The frozen reference's log-probs, when there is a KL term.
+    pub(super) fn reference_logprobs(&self, examples: &mut [Example]) -> Result<(), TrainError> {
+        let Some(reference) = &self.reference else { return Ok(()) };
+        let options = ScoreOptions::at(self.config.temperature);
+        let scored =
+            score_all(&toolsmith_contract::sync::lock(reference), examples, &options, self.config.micro_batch_tokens)?;
+        for (example, reference) in examples.iter_mut().zip(scored) {
+            example.reference = Some(reference);
+        }
+        Ok(())
+    }
+
+    /// `epochs` optimiser steps on the examples, longest first so that micro-batches hold
+    /// similar lengths.
+    pub(super) fn update(&self, core: &mut Core, examples: &mut [Example]) -> Result<UpdateOutcome, TrainError> {
+        let c = &self.config;
+        let iteration = core.state().step;
+        examples.sort_by_key(|e| std::cmp::Reverse(e.sequence.tokens.ids.len()));
+        let sequences: Vec<TokenSequence> = examples.iter().map(|e| e.sequence.tokens.clone()).collect();
+        let trained: Vec<usize> =
+            sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).collect();
+        let weights = token_weights(&trained, c.loss.aggregation, c.max_tokens * c.max_turns);
+        let mut outcome = UpdateOutcome { lr: core.schedule().lr(iteration * c.epochs as u64), ..Default::default() };
+        if sequences.is_empty() {
+            return Ok(outcome);
+        }
+        for epoch in 0..c.epochs {
+            outcome.lr = core.schedule().lr(iteration * c.epochs as u64 + epoch as u64);
+            core.optimizer_mut().zero_grad();
+            let (mut stats, mut entropy_sum, mut failure) = (LossStats::default(), 0.0, None);
+            let options = ScoreOptions::at(c.temperature).with_entropy(epoch == 0);
+            let loss = {
+                let policy = core.lock();
+                policy.accumulate_gradients(&sequences, c.micro_batch_tokens, &options, |scores, range| {
+                    let t = scores.logprobs.size()[1];
+                    let device = scores.logprobs.device();
+                    let part = &examples[range.clone()];
+                    let rows = |pick: fn(&Example) -> &[f64]| padded_rows(part.iter().map(pick), t).to_device(device);
+                    let old = rows(|e| &e.old);
+                    let adv = rows(|e| &e.advantages);
+                    let reference =
+                        part[0].reference.is_some().then(|| rows(|e| e.reference.as_deref().unwrap_or_default()));
+                    let importance =
+                        part[0].importance.is_some().then(|| rows(|e| e.importance.as_deref().unwrap_or_default()));
+                    // One weight per sequence, broadcast over its tokens.
+                    let w = Tensor::from_slice(&weights[range.clone()])
+                        .to_kind(Kind::Float)
+                        .view([-1, 1])
+                        .to_device(device);
+                    let inputs = LossInputs {
+                        mask: &scores.mask,
+                        old_logprobs: &old,
+                        ref_logprobs: reference.as_ref(),
+                        advantages: &adv,
+                        weights: &w,
+                        importance: importance.as_ref(),
+                    };
+                    let (loss, s) = policy_loss(&scores.logprobs, &inputs, &c.loss);
+                    stats.add(&s);
+                    if let Some(e) = &scores.entropy {
+                        entropy_sum += (e.detach() * &scores.mask).sum(Kind::Float).double_value(&[]);
+                    }
+                    if !s.policy.is_finite() && failure.is_none() {
+                        failure = Some(s.policy);
+                    }
+                    loss
+                })?
+            };
+            outcome.grad_norm = core.apply(failure.unwrap_or(loss), c.max_grad_norm, outcome.lr)?;
+            outcome.loss = loss;
+            if epoch == 0 {
+                outcome.stats = stats;
+                outcome.entropy = entropy_sum / stats.tokens.max(1.0);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Gives the external engine the current weights (when configured to): saved to
+    /// `RUN/engine-weights`, then loaded by the engine before the next rollouts.
+    pub(super) fn push_weights(&self, policy: &Mutex<Policy>) -> Result<(), TrainError> {
+        let (Some(engine), Some(settings)) = (&self.engine, &self.config.engine) else { return Ok(()) };
+        if !settings.push_weights {
+            return Ok(());
+        }
+        let dir = self.run.root().join("engine-weights");
+        let partial = self.run.root().join(".engine-weights.partial");
+        if partial.exists() {
+            std::fs::remove_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
+        }
+        toolsmith_contract::sync::lock(policy).save(&partial)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        }
+        std::fs::rename(&partial, &dir).map_err(|e| TrainError::io(&dir, e))?;
+        let absolute = std::fs::canonicalize(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        self.runtime
+            .block_on(engine.update_weights(&absolute))
+            .map_err(|e| TrainError::Agent(format!("cannot push the weights to the engine: {e}")))?;
+        Ok(())
+    }
+}
+
+/// Every example's log-probs under `policy` (no gradients), position by position.
+fn score_all(
+    policy: &Policy,
+    examples: &[Example],
+    options: &ScoreOptions,
+    micro_batch_tokens: usize,
+) -> Result<Vec<Vec<f64>>, TrainError> {
+    let sequences: Vec<TokenSequence> = examples.iter().map(|e| e.sequence.tokens.clone()).collect();
+    let mut out = Vec::with_capacity(sequences.len());
+    for range in micro_batches(&sequences, micro_batch_tokens) {
+        let scores = tch::no_grad(|| policy.score_with(&sequences[range.clone()], options))?;
+        for (row, i) in range.enumerate() {
+            let n = sequences[i].ids.len() as i64;
+            out.push(Vec::<f64>::try_from(scores.logprobs.get(row as i64).narrow(0, 0, n).to_kind(Kind::Double))?);
+        }
+    }
+    Ok(out)
+}
