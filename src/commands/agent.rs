@@ -353,7 +353,7 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
     }));
     bar.finish_and_clear();
     if let (Some(run), Some(registry)) = (&args.record, &registry) {
-        let mut r = toolsmith_contract::sync::lock(&registry);
+        let mut r = toolsmith_contract::sync::lock(registry);
         let mut candidates = 0;
         for result in &report.results {
             candidates += record_candidates(&mut r, run, 0, &result.id, &result.trajectory, result.em)?;

@@ -177,6 +177,7 @@ fn an_engine_that_lags_the_trainer_is_measured_and_corrected() {
             max_turns: 2,
             max_tokens: 16,
             dynamic_sampling: false,
+            overlong_cache: 4,
             lr: 1e-3,
             threads: 1,
             device: "cpu".into(),

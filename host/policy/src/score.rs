@@ -161,7 +161,7 @@ impl Policy {
         // Log-softmax in float32 whatever the model's precision.
         let mut logits = model.logits(&hidden).to_kind(Kind::Float);
         if options.temperature > 0.0 && options.temperature != 1.0 {
-            logits = logits / options.temperature;
+            logits /= options.temperature;
         }
         // One fused log-softmax (forward and backward) is faster than logsumexp + gather.
         let log_probs = logits.log_softmax(-1, Kind::Float);

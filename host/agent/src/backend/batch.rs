@@ -102,7 +102,7 @@ fn worker(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig) {
             let (same, rest): (Vec<Job>, Vec<Job>) =
                 batch.into_iter().partition(|j| GenerateOptions { seed: 0, ..j.options.clone() } == key);
             batch = rest;
-            let policy = toolsmith_contract::sync::lock(&policy);
+            let policy = toolsmith_contract::sync::lock(policy);
             decode(&policy, same, &mut prefix);
         }
     }
