@@ -85,6 +85,9 @@ pub struct RunArgs {
     /// A checkpoint every N steps (RL: iterations).
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
+    /// Train only the top N decoder layers (embeddings, head and lower layers frozen).
+    #[arg(long)]
+    pub trainable_layers: Option<usize>,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,
@@ -136,6 +139,9 @@ macro_rules! apply_run_flags {
         }
         if let Some(v) = run.checkpoint_every {
             $config.checkpoint_every = v;
+        }
+        if run.trainable_layers.is_some() {
+            $config.trainable_layers = run.trainable_layers;
         }
         held_out(&mut $config.eval, run.no_eval, run.eval_tasks);
     }};

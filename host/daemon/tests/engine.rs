@@ -90,15 +90,9 @@ fn an_engine_samples_what_the_trainer_scores_once_the_weights_are_pushed() {
     drop(served);
 }
 
-#[test]
-fn an_rl_run_samples_on_the_engine_and_pushes_every_update() {
-    tch::set_num_threads(1);
-    let runtime = tokio::runtime::Runtime::new().expect("tokio");
-    let (url, served) = engine(&runtime, 7);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("run");
-    let base = RlConfig::for_method(Method::GAP);
-    let config = RlConfig {
+/// GAP for `iterations` on two tasks of world 5, sampled on `engine`.
+fn gap_on_engine(iterations: u64, engine: EngineConfig) -> RlConfig {
+    RlConfig {
         worlds: toolsmith_train::config::WorldsData {
             seeds: vec![5],
             countries: 2,
@@ -106,7 +100,7 @@ fn an_rl_run_samples_on_the_engine_and_pushes_every_update() {
             styles: vec![Mode::Gap],
         },
         eval: None,
-        iterations: 2,
+        iterations,
         tasks_per_iteration: 2,
         group_size: 2,
         max_turns: 2,
@@ -116,9 +110,19 @@ fn an_rl_run_samples_on_the_engine_and_pushes_every_update() {
         lr: 1e-3,
         threads: 1,
         device: "cpu".into(),
-        engine: Some(EngineConfig { url, ..EngineConfig::default() }),
-        ..base
-    };
+        engine: Some(engine),
+        ..RlConfig::for_method(Method::GAP)
+    }
+}
+
+#[test]
+fn an_rl_run_samples_on_the_engine_and_pushes_every_update() {
+    tch::set_num_threads(1);
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let (url, served) = engine(&runtime, 7);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let config = gap_on_engine(2, EngineConfig { url, ..EngineConfig::default() });
     let tools = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
     let mut trainer = RlTrainer::prepare(config, &out, false, &tools).expect("prepare");
     trainer.run(&mut |_| {}).expect("trains");
@@ -163,32 +167,8 @@ fn an_engine_that_lags_the_trainer_is_measured_and_corrected() {
     for old_logprobs in [OldLogprobs::Recompute, OldLogprobs::Tis] {
         let dir = tempfile::tempdir().expect("tempdir");
         let out = dir.path().join("run");
-        let config = RlConfig {
-            worlds: toolsmith_train::config::WorldsData {
-                seeds: vec![5],
-                countries: 2,
-                tasks_per_family: 1,
-                styles: vec![Mode::Gap],
-            },
-            eval: None,
-            iterations: 1,
-            tasks_per_iteration: 2,
-            group_size: 2,
-            max_turns: 2,
-            max_tokens: 16,
-            dynamic_sampling: false,
-            overlong_cache: 4,
-            lr: 1e-3,
-            threads: 1,
-            device: "cpu".into(),
-            engine: Some(EngineConfig {
-                url: url.clone(),
-                push_weights: false,
-                old_logprobs,
-                ..EngineConfig::default()
-            }),
-            ..RlConfig::for_method(Method::GAP)
-        };
+        let engine = EngineConfig { url: url.clone(), push_weights: false, old_logprobs, ..EngineConfig::default() };
+        let config = gap_on_engine(1, engine);
         let mut trainer = RlTrainer::prepare(config, &out, false, &tools).expect("prepare");
         trainer.run(&mut |_| {}).expect("trains on the engine's samples");
         // The engine's log-probs are another model's: the gap is large and recorded; the update

@@ -130,6 +130,11 @@ pub struct Policy {
     weights_id: u64,
 }
 
+/// The decoder layer a weight belongs to (`model.layers.N.` names), if any.
+fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("model.layers.")?.split('.').next()?.parse().ok()
+}
+
 /// A process-wide counter, so that a policy swapped for another never reuses an identity.
 fn next_weights_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -168,6 +173,40 @@ impl Policy {
             state,
             weights_id: next_weights_id(),
         }
+    }
+
+    /// Trains only the top `layers` decoder layers and the final norm: the embeddings (and so a
+    /// tied head), an untied head and every lower layer stop taking gradients, so the backward
+    /// pass stops at the lowest trained layer and the optimiser keeps state for the trained
+    /// weights alone. `None` trains every weight. Refused, before anything changes, when `layers`
+    /// is 0 or more than the model has.
+    pub fn set_trainable_layers(&mut self, layers: Option<usize>) -> Result<(), PolicyError> {
+        let total = usize::try_from(self.model.spec().layers).unwrap_or(0);
+        let lowest = match layers {
+            None => None,
+            Some(n) if n == 0 || n > total => {
+                return Err(PolicyError::Config(format!(
+                    "trainable_layers must be between 1 and the model's {total} layers, got {n}"
+                )));
+            }
+            Some(n) => Some(total - n),
+        };
+        for (name, var) in self.vs.variables() {
+            let trains = match lowest {
+                None => true,
+                Some(lowest) => match layer_of(&name) {
+                    Some(i) => i >= lowest,
+                    None => name.starts_with("model.norm."),
+                },
+            };
+            let _ = var.set_requires_grad(trains);
+        }
+        Ok(())
+    }
+
+    /// How many weights take gradients.
+    pub fn trainable_parameters(&self) -> i64 {
+        self.vs.variables().values().filter(|t| t.requires_grad()).map(Tensor::numel).map(|n| n as i64).sum()
     }
 
     /// The context length in tokens (the model's `max_position_embeddings`).

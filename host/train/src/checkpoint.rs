@@ -107,6 +107,11 @@ impl RunDir {
         Ok(RunDir { root: root.to_owned() })
     }
 
+    /// The run at `root`, whether or not it exists yet (nothing is written).
+    pub fn at(root: &Path) -> Self {
+        RunDir { root: root.to_owned() }
+    }
+
     /// The run's directory.
     pub fn root(&self) -> &Path {
         &self.root

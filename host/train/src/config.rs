@@ -70,13 +70,35 @@ pub struct SftConfig {
     pub checkpoint_every: u64,
     /// Checkpoints kept (the newest ones). By default 2.
     pub keep_checkpoints: usize,
+    /// Train only the top N decoder layers (and the final norm); the embeddings, the (tied) head
+    /// and the layers below stay frozen, so each step computes gradients and keeps optimiser state
+    /// for those layers alone. `null` trains every weight. By default `null`.
+    pub trainable_layers: Option<usize>,
 }
 
-/// The settings a resumed run may change: how long it runs (`steps`, `epochs`), how it is
-/// watched and where it runs. Every other field defines the run, and a resume that changes one is
-/// refused (see [`crate::run`]).
-pub const RESUMABLE: &[&str] =
-    &["steps", "epochs", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device"];
+impl crate::run::RunConfig for SftConfig {
+    const KIND: &'static str = "sft";
+    /// How long it runs (`steps`, `epochs`), how it is watched and where it runs. Every other
+    /// field defines the run, and a resume that changes one is refused (see [`crate::run`]).
+    const RESUMABLE: &'static [&'static str] =
+        &["steps", "epochs", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device"];
+
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn device(&self) -> &str {
+        &self.device
+    }
+
+    fn precision(&self) -> &str {
+        &self.precision
+    }
+
+    fn trainable_layers(&self) -> Option<usize> {
+        self.trainable_layers
+    }
+}
 
 impl Default for SftConfig {
     fn default() -> Self {
@@ -103,6 +125,7 @@ impl Default for SftConfig {
             eval: Some(EvalConfig::default()),
             checkpoint_every: 100,
             keep_checkpoints: 2,
+            trainable_layers: None,
         }
     }
 }

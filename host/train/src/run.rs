@@ -117,13 +117,9 @@ pub(crate) trait Unit {
 }
 
 /// How a run is set up; see [`Core::new`].
-pub(crate) struct Setup<'a, C: Serialize> {
-    /// `sft` or `rl`.
-    pub kind: &'static str,
+pub(crate) struct Setup<'a, C: RunConfig> {
     /// The run's settings, written to `RUN/config.json` and compared on resume.
     pub config: &'a C,
-    /// The settings a resume may change.
-    pub resumable: &'static [&'static str],
     /// Seed recorded in the state.
     pub seed: u64,
     /// BLAKE3 of the data (sequences, or the task pool), and what it is, for the error.
@@ -172,7 +168,7 @@ impl Core {
     /// A run in `run` training `policy`: fresh, or (with `resumed`, the checkpoint's state and
     /// directory) continuing where the checkpoint left off, after checking that it is the same
     /// run.
-    pub(crate) fn new<C: Serialize>(
+    pub(crate) fn new<C: RunConfig>(
         run: RunDir,
         policy: Policy,
         resumed: Option<(TrainerState, PathBuf)>,
@@ -184,7 +180,7 @@ impl Core {
         let mut changed = Vec::new();
         let state = match resumed {
             Some((state, dir)) => {
-                changed = check_settings(&state, &dir, setup.kind, &config, setup.resumable, setup.resume)?;
+                changed = check_settings(&state, &dir, C::KIND, &config, C::RESUMABLE, setup.resume)?;
                 if state.data_hash != hash {
                     return Err(TrainError::checkpoint(
                         &dir,
@@ -201,7 +197,7 @@ impl Core {
                 if metrics.exists() {
                     std::fs::remove_file(&metrics).map_err(|e| TrainError::io(&metrics, e))?;
                 }
-                TrainerState::new(setup.kind, setup.seed, hash, setup.units, config)
+                TrainerState::new(C::KIND, setup.seed, hash, setup.units, config)
             }
         };
         write_json(&run.root().join("config.json"), setup.config)?;
@@ -342,24 +338,57 @@ impl Core {
     }
 }
 
-/// Restores the newest checkpoint of `run` when `resume` asks for one and there is one, after
-/// checking that it is a checkpoint of this run (its kind and run-defining settings; see
-/// [`check_settings`]), so a mismatch is reported before anything else is loaded.
-pub(crate) fn restore_checked<C: Serialize>(
-    run: &RunDir,
-    resume: Resume,
-    options: toolsmith_policy::LoadOptions,
-    kind: &str,
-    config: &C,
-    resumable: &[&str],
-) -> Result<Option<Restored>, TrainError> {
+/// What the core needs to know of a run's settings (SFT's and RL's configs).
+pub(crate) trait RunConfig: Serialize {
+    /// `sft` or `rl`.
+    const KIND: &'static str;
+    /// The settings a resume may change.
+    const RESUMABLE: &'static [&'static str];
+    /// CPU threads for libtorch (0: its default).
+    fn threads(&self) -> usize;
+    /// `auto`, `cpu`, `cuda` or `cuda:N`.
+    fn device(&self) -> &str;
+    /// `auto`, `f32` or `bf16`.
+    fn precision(&self) -> &str;
+    /// The top decoder layers that train (`None`: every weight).
+    fn trainable_layers(&self) -> Option<usize>;
+}
+
+/// The policy a run trains, frozen below its `trainable_layers` (checked against the model
+/// before anything is written).
+pub(crate) fn trainable<C: RunConfig>(mut policy: Policy, config: &C) -> Result<Policy, TrainError> {
+    policy.set_trainable_layers(config.trainable_layers())?;
+    Ok(policy)
+}
+
+/// A run opened: its directory, the device and precision to load on, and its newest checkpoint
+/// when resuming.
+pub(crate) struct Opened {
+    /// The run directory.
+    pub run: RunDir,
+    /// Where and how to load policies.
+    pub options: toolsmith_policy::LoadOptions,
+    /// The checkpoint to continue from.
+    pub restored: Option<Restored>,
+}
+
+/// The start of every run: libtorch's threads, the device and precision, the run directory (not
+/// created yet: a run refused before its first write leaves nothing behind), and (when `resume`
+/// asks for it and there is one) the newest checkpoint, checked to be this run's (its kind and
+/// run-defining settings; see [`check_settings`]) before anything else is loaded.
+pub(crate) fn open<C: RunConfig>(out: &Path, resume: Resume, config: &C) -> Result<Opened, TrainError> {
+    if config.threads() > 0 {
+        toolsmith_policy::set_threads(config.threads());
+    }
+    let options = crate::sft::load_options_for(config.device(), config.precision())?;
+    let run = RunDir::at(out);
     if !run.should_resume(resume.wanted())? {
-        return Ok(None);
+        return Ok(Opened { run, options, restored: None });
     }
     let restored = run.restore(options)?;
-    let config = serde_json::to_value(config).map_err(|e| TrainError::Config(e.to_string()))?;
-    check_settings(&restored.state, &restored.dir, kind, &config, resumable, resume)?;
-    Ok(Some(restored))
+    let settings = serde_json::to_value(config).map_err(|e| TrainError::Config(e.to_string()))?;
+    check_settings(&restored.state, &restored.dir, C::KIND, &settings, C::RESUMABLE, resume)?;
+    Ok(Opened { run, options, restored: Some(restored) })
 }
 
 /// Checks that a checkpoint's `state` belongs to a `kind` run with these settings: the fields

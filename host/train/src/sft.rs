@@ -24,7 +24,7 @@ use crate::heldout::{HeldOut, ToolsFor};
 use crate::metrics::{Record, StepMetrics};
 use crate::optim::Schedule;
 pub use crate::run::Event;
-use crate::run::{Core, Resume, Setup, Unit, padded_rows, restore_checked};
+use crate::run::{Core, Opened, Resume, Setup, Unit, open, padded_rows, trainable};
 use crate::sequence::{SequenceBuilder, TrainSequence};
 
 /// The device and precision a config asks for.
@@ -245,9 +245,7 @@ impl SftTrainer {
             min_ratio: config.min_lr_ratio,
         };
         let setup = Setup {
-            kind: "sft",
             config: &config,
-            resumable: crate::config::RESUMABLE,
             seed: config.seed,
             data: (data_hash(&data), "the training data"),
             units: total,
@@ -408,15 +406,12 @@ pub fn prepare(
 ) -> Result<SftTrainer, TrainError> {
     let resume = resume.into();
     config.validate()?;
-    if config.threads > 0 {
-        toolsmith_policy::set_threads(config.threads);
-    }
-    let options = load_options(&config)?;
-    let run = RunDir::create(out)?;
-    let (policy, resumed) = match restore_checked(&run, resume, options, "sft", &config, crate::config::RESUMABLE)? {
+    let Opened { options, restored, .. } = open(out, resume, &config)?;
+    let (policy, resumed) = match restored {
         Some(r) => (r.policy, Some((r.state, r.dir))),
         None => (init_policy(&config, options)?, None),
     };
+    let policy = trainable(policy, &config)?;
     let builder = SequenceBuilder::for_policy(&policy)?;
     let chats = load_chats(&config, tools_for)?;
     let data = build_sequences(&builder, &chats)?;

@@ -796,3 +796,29 @@ fn gigpo_adds_a_step_advantage_among_turns_from_the_same_state() {
     assert_all_close(&credit[0], &[0.975, 1.0], 1e-12);
     assert_all_close(&credit[1], &[-0.975, -1.0], 1e-12);
 }
+
+#[test]
+fn rl_with_trainable_layers_moves_only_the_top_layers() {
+    use toolsmith_train::rl::Method;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let top_two = |c: &mut toolsmith_train::rl::RlConfig| {
+        c.eval = None;
+        c.trainable_layers = Some(2);
+    };
+    let mut trainer = tiny_rl_with(&out, 1, false, Method::SEARL, top_two).expect("prepare");
+    trainer.run(&mut |_| {}).expect("trains");
+    let start = toolsmith_policy::Policy::tiny(0, Default::default()).expect("tiny");
+    let (before, p) = (start.var_store().variables(), trainer.policy());
+    let after = p.lock().expect("policy").var_store().variables();
+    let mut moved_top = false;
+    for (name, w) in &before {
+        let moved = (w - &after[name]).abs().max().double_value(&[]) > 0.0;
+        if name.starts_with("model.layers.2.") || name.starts_with("model.layers.3.") {
+            moved_top |= moved;
+        } else if !name.starts_with("model.norm.") {
+            assert!(!moved, "{name} is frozen yet moved");
+        }
+    }
+    assert!(moved_top, "the top two layers did not train");
+}

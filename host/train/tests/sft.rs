@@ -147,3 +147,64 @@ fn the_first_turn_weight_changes_the_update_not_the_reported_loss() {
     // Later steps differ because the update did.
     assert!((plain[1].0 - weighted[1].0).abs() > 1e-9, "{plain:?} vs {weighted:?}");
 }
+
+/// Every weight of a policy directory, by name.
+fn weights(dir: &std::path::Path) -> std::collections::BTreeMap<String, toolsmith_policy::tch::Tensor> {
+    let policy = toolsmith_policy::Policy::load(dir, Default::default()).expect("a policy");
+    policy.var_store().variables().into_iter().map(|(k, v)| (k, v.detach().copy())).collect()
+}
+
+#[test]
+fn trainable_layers_train_the_top_layers_alone_and_survive_a_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // More layers than the tiny model's 4: refused before anything is written.
+    let run = dir.path().join("too-many");
+    let err = sft::prepare(SftConfig { trainable_layers: Some(5), ..config() }, &run, false, &tools)
+        .expect_err("5 of 4 layers")
+        .to_string();
+    assert!(err.contains("trainable_layers") && err.contains("4 layers"), "{err}");
+    assert!(!run.exists(), "a refused run writes nothing");
+
+    // The top layer of 4 trains; the embeddings (tied head) and layers 0-2 do not move.
+    let start = dir.path().join("start");
+    sft::init_policy(&config(), Default::default()).expect("tiny").save(&start).expect("save");
+    let frozen = SftConfig {
+        init: start.to_string_lossy().into_owned(),
+        trainable_layers: Some(1),
+        steps: Some(4),
+        checkpoint_every: 2,
+        eval: None,
+        ..config()
+    };
+    let run = dir.path().join("run");
+    sft::prepare(frozen.clone(), &run, false, &tools).expect("prepare").run(&mut |_| {}).expect("trains");
+    let (before, after) = (weights(&start), weights(&run.join("final")));
+    for (name, w) in &before {
+        let moved = (w - &after[name]).abs().max().double_value(&[]) > 0.0;
+        let trains = name.starts_with("model.layers.3.") || name.starts_with("model.norm.");
+        assert_eq!(moved, trains, "{name}");
+    }
+    // The optimiser keeps moments for the trained weights alone.
+    let latest = std::fs::read_to_string(run.join("checkpoints/latest")).expect("latest");
+    let moments = toolsmith_policy::tch::Tensor::read_safetensors(
+        run.join("checkpoints").join(latest.trim()).join("optimizer.safetensors"),
+    )
+    .expect("moments");
+    assert!(!moments.is_empty());
+    assert!(moments.iter().all(|(k, _)| k.contains("model.layers.3.") || k.contains("model.norm.")), "{moments:?}");
+
+    // Resumed with the same setting it continues frozen; with another it is refused by name.
+    let err =
+        sft::prepare(SftConfig { trainable_layers: Some(2), steps: Some(6), ..frozen.clone() }, &run, true, &tools)
+            .expect_err("another trainable_layers")
+            .to_string();
+    assert!(err.contains("trainable_layers"), "{err}");
+    let mut resumed = sft::prepare(SftConfig { steps: Some(6), ..frozen }, &run, true, &tools).expect("resume");
+    assert_eq!(resumed.state().step, 4);
+    resumed.run(&mut |_| {}).expect("trains");
+    let again = weights(&run.join("final"));
+    for (name, w) in &before {
+        let moved = (w - &again[name]).abs().max().double_value(&[]) > 0.0;
+        assert_eq!(moved, name.starts_with("model.layers.3.") || name.starts_with("model.norm."), "{name}");
+    }
+}

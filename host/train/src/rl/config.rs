@@ -200,13 +200,36 @@ pub struct RlConfig {
     pub checkpoint_every: u64,
     /// Checkpoints kept. By default 2.
     pub keep_checkpoints: usize,
+    /// Train only the top N decoder layers (and the final norm); the embeddings, the (tied) head
+    /// and the layers below stay frozen, so each step computes gradients and keeps optimiser state
+    /// for those layers alone. `null` trains every weight. By default `null`.
+    pub trainable_layers: Option<usize>,
 }
 
-/// The settings a resumed run may change: how long it runs, how it is watched and where it runs.
-/// Every other field defines the run, and a resume that changes one is refused (see
-/// [`crate::run`]).
-pub const RESUMABLE: &[&str] =
-    &["iterations", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device", "engine"];
+impl crate::run::RunConfig for RlConfig {
+    const KIND: &'static str = "rl";
+    /// How long it runs, how it is watched and where it runs (the engine's address included).
+    /// Every other field defines the run, and a resume that changes one is refused (see
+    /// [`crate::run`]).
+    const RESUMABLE: &'static [&'static str] =
+        &["iterations", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device", "engine"];
+
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn device(&self) -> &str {
+        &self.device
+    }
+
+    fn precision(&self) -> &str {
+        &self.precision
+    }
+
+    fn trainable_layers(&self) -> Option<usize> {
+        self.trainable_layers
+    }
+}
 
 impl Default for RlConfig {
     fn default() -> Self {
@@ -261,6 +284,7 @@ impl RlConfig {
             eval_every: 0,
             checkpoint_every: 5,
             keep_checkpoints: 2,
+            trainable_layers: None,
         };
         (method.spec().defaults)(base)
     }

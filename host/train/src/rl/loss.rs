@@ -74,6 +74,12 @@ impl Default for LossConfig {
 }
 
 impl LossConfig {
+    /// GRPO's loss as the papers that follow it set it: a symmetric clip of 0.2, `kl_coef` and
+    /// `aggregation` (the estimator kept).
+    pub fn grpo(self, kl_coef: f64, aggregation: Aggregation) -> Self {
+        LossConfig { clip_low: 0.2, clip_high: 0.2, kl_coef, aggregation, ..self }
+    }
+
     /// Checks values a loss cannot be computed with.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.clip_low > 0.0 && self.clip_low < 1.0) {

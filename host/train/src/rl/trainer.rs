@@ -27,7 +27,7 @@ use crate::rl::graph::{GraphUpdate, REGISTRY_FILE, TrainingGraph};
 use crate::rl::method::{CreditContext, GroupView};
 use crate::rl::reward::correct;
 use crate::rl::rollout::{Group, TrainWorld, mix, pool_hash, simulated};
-use crate::run::{Core, Event, Resume, Setup, Unit, restore_checked};
+use crate::run::{Core, Event, Opened, Resume, Setup, Unit, open, trainable};
 use crate::sequence::SequenceBuilder;
 
 /// An RL run.
@@ -66,11 +66,7 @@ impl RlTrainer {
     ) -> Result<Self, TrainError> {
         let resume = resume.into();
         config.validate()?;
-        if config.threads > 0 {
-            toolsmith_policy::set_threads(config.threads);
-        }
-        let options = crate::sft::load_options_for(&config.device, &config.precision)?;
-        let run = RunDir::create(out)?;
+        let Opened { run, options, restored } = open(out, resume, &config)?;
         let initial = if config.init == "tiny" {
             Policy::tiny(config.seed, options)?
         } else {
@@ -97,11 +93,12 @@ impl RlTrainer {
             }
             _ => None,
         };
-        let restored = restore_checked(&run, resume, options, "rl", &config, crate::rl::config::RESUMABLE)?;
         let (policy, resumed) = match restored {
             Some(r) => (r.policy, Some((r.state, r.dir))),
             None => (initial, None),
         };
+        let policy = trainable(policy, &config)?;
+        let run = RunDir::create(run.root())?;
         let worlds: Vec<TrainWorld> = config
             .worlds
             .seeds
@@ -144,9 +141,7 @@ impl RlTrainer {
         };
         let updates = config.iterations * config.epochs as u64;
         let setup = Setup {
-            kind: "rl",
             config: &config,
-            resumable: crate::rl::config::RESUMABLE,
             seed: config.seed,
             data: (pool_hash(&worlds), "the training worlds"),
             units: config.iterations,

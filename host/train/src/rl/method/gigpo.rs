@@ -11,10 +11,11 @@
 use toolsmith_agent::{Mode, Trajectory};
 
 use crate::TrainError;
-use crate::rl::advantage::searl_step_advantages;
 use crate::rl::config::{RlConfig, StepCredit};
-use crate::rl::loss::{Aggregation, LossConfig};
-use crate::rl::method::{CreditAssignment, CreditContext, GroupView, MethodSpec, TurnCredit, episode_credit, gap};
+use crate::rl::loss::Aggregation;
+use crate::rl::method::{
+    CreditAssignment, CreditContext, GroupView, MethodSpec, TurnCredit, add_step_credit, episode_credit, gap,
+};
 use crate::rl::reward::EpisodeReward;
 
 /// The table entry.
@@ -32,13 +33,7 @@ struct GiGpo;
 /// The paper's settings: omega 1 and gamma 0.95 (`step_credit`), KL 0.01, token mean.
 fn defaults(base: RlConfig) -> RlConfig {
     RlConfig {
-        loss: LossConfig {
-            clip_low: 0.2,
-            clip_high: 0.2,
-            kl_coef: 0.01,
-            aggregation: Aggregation::TokenMean,
-            ..base.loss
-        },
+        loss: base.loss.grpo(0.01, Aggregation::TokenMean),
         step_credit: StepCredit { lambda: 1.0, gamma: 0.95, single_vanishing: true },
         ..base
     }
@@ -72,17 +67,9 @@ impl CreditAssignment for GiGpo {
     }
 
     fn credit(&self, group: &GroupView<'_>, context: &CreditContext<'_>) -> Result<Vec<Vec<TurnCredit>>, TrainError> {
-        let c = context.config;
-        let mut credit = episode_credit(group, c.group_norm);
-        let steps: Vec<Vec<f64>> = group.rewards.iter().map(|r| r.steps.clone()).collect();
+        let mut credit = episode_credit(group, context.config.group_norm);
         let anchors: Vec<Vec<Option<String>>> = group.episodes.iter().map(states).collect();
-        let step_adv =
-            searl_step_advantages(&steps, &anchors, c.step_credit.gamma, c.group_norm, c.step_credit.single_vanishing);
-        for (turns, a_s) in credit.iter_mut().zip(&step_adv) {
-            for (turn, s) in turns.iter_mut().zip(a_s) {
-                turn.turn += c.step_credit.lambda * s;
-            }
-        }
+        add_step_credit(&mut credit, group, &anchors, context.config);
         Ok(credit)
     }
 }

@@ -17,7 +17,7 @@ use toolsmith_policy::tch::{self, Kind};
 use crate::TrainError;
 use crate::rl::advantage::{answer_probability, memory_advantages};
 use crate::rl::config::RlConfig;
-use crate::rl::loss::{Aggregation, LossConfig};
+use crate::rl::loss::Aggregation;
 use crate::rl::method::{CreditAssignment, CreditContext, GroupView, MethodSpec, TurnCredit, episode_credit};
 use crate::rl::reward::{EpisodeReward, correct};
 
@@ -35,16 +35,7 @@ struct MemPo;
 
 /// GRPO with a sequence-mean loss and a small KL.
 fn defaults(base: RlConfig) -> RlConfig {
-    RlConfig {
-        loss: LossConfig {
-            clip_low: 0.2,
-            clip_high: 0.2,
-            kl_coef: 0.001,
-            aggregation: Aggregation::SequenceMean,
-            ..base.loss
-        },
-        ..base
-    }
+    RlConfig { loss: base.loss.grpo(0.001, Aggregation::SequenceMean), ..base }
 }
 
 /// 1 iff the answer is right and every turn was well-formed.

@@ -113,6 +113,27 @@ pub fn episode_credit(group: &GroupView<'_>, norm: GroupNorm) -> Vec<Vec<TurnCre
         .collect()
 }
 
+/// Adds `lambda * A_S` to every turn's credit: each turn's discounted return (the group's
+/// `step` rewards, `gamma` from `step_credit`) against the returns of every turn of the group
+/// with the same anchor (SEARL's tool, GiGPO's state); see
+/// [`crate::rl::advantage::searl_step_advantages`].
+pub fn add_step_credit(
+    credit: &mut [Vec<TurnCredit>],
+    group: &GroupView<'_>,
+    anchors: &[Vec<Option<String>>],
+    config: &RlConfig,
+) {
+    let steps: Vec<Vec<f64>> = group.rewards.iter().map(|r| r.steps.clone()).collect();
+    let s = config.step_credit;
+    let step_adv =
+        crate::rl::advantage::searl_step_advantages(&steps, anchors, s.gamma, config.group_norm, s.single_vanishing);
+    for (turns, a_s) in credit.iter_mut().zip(&step_adv) {
+        for (turn, a) in turns.iter_mut().zip(a_s) {
+            turn.turn += s.lambda * a;
+        }
+    }
+}
+
 /// The per-token advantages of one of an episode's sequences from its turns' credit.
 ///
 /// Every token of turn `s` gets `credit[s].turn`; the tokens of its `<mem>` block (found by

@@ -10,7 +10,7 @@ use toolsmith_agent::{Mode, Tag, Trajectory};
 
 use crate::TrainError;
 use crate::rl::config::{RlConfig, SimulatorConfig};
-use crate::rl::loss::{Aggregation, LossConfig};
+use crate::rl::loss::Aggregation;
 use crate::rl::method::{CreditAssignment, CreditContext, GroupView, MethodSpec, TurnCredit, episode_credit};
 use crate::rl::reward::{EpisodeReward, RewardConfig, call_key, correct};
 
@@ -29,13 +29,7 @@ struct Mtr;
 /// GRPO, n = 8, KL 0.01, rollouts on simulated tools.
 fn defaults(base: RlConfig) -> RlConfig {
     RlConfig {
-        loss: LossConfig {
-            clip_low: 0.2,
-            clip_high: 0.2,
-            kl_coef: 0.01,
-            aggregation: Aggregation::SequenceMean,
-            ..base.loss
-        },
+        loss: base.loss.grpo(0.01, Aggregation::SequenceMean),
         simulate: Some(SimulatorConfig::default()),
         ..base
     }

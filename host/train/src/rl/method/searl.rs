@@ -11,11 +11,12 @@ use toolsmith_agent::tools::CREATE_TOOL;
 use toolsmith_agent::{Mode, Trajectory};
 
 use crate::TrainError;
-use crate::rl::advantage::searl_step_advantages;
 use crate::rl::config::RlConfig;
 use crate::rl::graph::GraphConfig;
-use crate::rl::loss::{Aggregation, LossConfig};
-use crate::rl::method::{CreditAssignment, CreditContext, GroupView, MethodSpec, TurnCredit, episode_credit};
+use crate::rl::loss::Aggregation;
+use crate::rl::method::{
+    CreditAssignment, CreditContext, GroupView, MethodSpec, TurnCredit, add_step_credit, episode_credit,
+};
 use crate::rl::reward::{EpisodeReward, RewardConfig, call_key, correct};
 
 /// The table entry.
@@ -34,13 +35,7 @@ struct Searl;
 /// repetition penalty 1.05 (its Table 2), the tool graph on.
 fn defaults(base: RlConfig) -> RlConfig {
     RlConfig {
-        loss: LossConfig {
-            clip_low: 0.2,
-            clip_high: 0.2,
-            kl_coef: 0.001,
-            aggregation: Aggregation::TokenMean,
-            ..base.loss
-        },
+        loss: base.loss.grpo(0.001, Aggregation::TokenMean),
         temperature: 0.7,
         top_p: 0.98,
         repetition_penalty: 1.05,
@@ -115,17 +110,9 @@ impl CreditAssignment for Searl {
     }
 
     fn credit(&self, group: &GroupView<'_>, context: &CreditContext<'_>) -> Result<Vec<Vec<TurnCredit>>, TrainError> {
-        let c = context.config;
-        let mut credit = episode_credit(group, c.group_norm);
-        let steps: Vec<Vec<f64>> = group.rewards.iter().map(|r| r.steps.clone()).collect();
+        let mut credit = episode_credit(group, context.config.group_norm);
         let anchors: Vec<Vec<Option<String>>> = group.episodes.iter().map(anchors).collect();
-        let step_adv =
-            searl_step_advantages(&steps, &anchors, c.step_credit.gamma, c.group_norm, c.step_credit.single_vanishing);
-        for (turns, a_s) in credit.iter_mut().zip(&step_adv) {
-            for (turn, s) in turns.iter_mut().zip(a_s) {
-                turn.turn += c.step_credit.lambda * s;
-            }
-        }
+        add_step_credit(&mut credit, group, &anchors, context.config);
         Ok(credit)
     }
 }
