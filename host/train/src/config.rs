@@ -76,29 +76,13 @@ pub struct SftConfig {
     pub trainable_layers: Option<usize>,
 }
 
-impl crate::run::RunConfig for SftConfig {
-    const KIND: &'static str = "sft";
-    /// How long it runs (`steps`, `epochs`), how it is watched and where it runs. Every other
-    /// field defines the run, and a resume that changes one is refused (see [`crate::run`]).
-    const RESUMABLE: &'static [&'static str] =
-        &["steps", "epochs", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device"];
-
-    fn threads(&self) -> usize {
-        self.threads
-    }
-
-    fn device(&self) -> &str {
-        &self.device
-    }
-
-    fn precision(&self) -> &str {
-        &self.precision
-    }
-
-    fn trainable_layers(&self) -> Option<usize> {
-        self.trainable_layers
-    }
-}
+// A resume may change how long the run is (`steps`, `epochs`), how it is watched and where it
+// runs; every other field defines the run, and a resume that changes one is refused.
+crate::run::run_config!(
+    SftConfig,
+    "sft",
+    &["steps", "epochs", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device"]
+);
 
 impl Default for SftConfig {
     fn default() -> Self {

@@ -354,6 +354,34 @@ pub(crate) trait RunConfig: Serialize {
     fn trainable_layers(&self) -> Option<usize>;
 }
 
+/// Implements [`RunConfig`] for a config with `threads`, `device`, `precision` and
+/// `trainable_layers` fields.
+macro_rules! run_config {
+    ($config:ty, $kind:literal, $resumable:expr) => {
+        impl $crate::run::RunConfig for $config {
+            const KIND: &'static str = $kind;
+            const RESUMABLE: &'static [&'static str] = $resumable;
+
+            fn threads(&self) -> usize {
+                self.threads
+            }
+
+            fn device(&self) -> &str {
+                &self.device
+            }
+
+            fn precision(&self) -> &str {
+                &self.precision
+            }
+
+            fn trainable_layers(&self) -> Option<usize> {
+                self.trainable_layers
+            }
+        }
+    };
+}
+pub(crate) use run_config;
+
 /// The policy a run trains, frozen below its `trainable_layers` (checked against the model
 /// before anything is written).
 pub(crate) fn trainable<C: RunConfig>(mut policy: Policy, config: &C) -> Result<Policy, TrainError> {

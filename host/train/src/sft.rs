@@ -3,8 +3,7 @@
 //! evaluation before, during and after, and checkpoints that resume to the same loss curve.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rand::SeedableRng;
@@ -210,6 +209,15 @@ impl std::fmt::Debug for SftUnit {
     }
 }
 
+/// The core's accessors (`policy`, `cancel_flag`, `state`, `schedule`) are the trainer's.
+impl std::ops::Deref for SftTrainer {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
 impl SftTrainer {
     /// A run in `out` from `policy` (fresh, or restored with `state` when resuming) on `data`.
     /// `config` is written to `RUN/config.json`; a resumed run must have been started with the
@@ -263,29 +271,9 @@ impl SftTrainer {
         Ok(SftTrainer { core, unit: SftUnit { config, data, walk } })
     }
 
-    /// The policy (shared with evaluation).
-    pub fn policy(&self) -> Arc<Mutex<Policy>> {
-        self.core.policy()
-    }
-
-    /// Set it to stop the run after the current step (with a checkpoint).
-    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
-        self.core.cancel_flag()
-    }
-
-    /// Where training stands.
-    pub fn state(&self) -> &TrainerState {
-        self.core.state()
-    }
-
     /// The training sequences.
     pub fn sequences(&self) -> &[TrainSequence] {
         &self.unit.data
-    }
-
-    /// The learning-rate schedule.
-    pub fn schedule(&self) -> Schedule {
-        self.core.schedule()
     }
 
     /// The next `steps` batches, as sequence indices in the order the step feeds them to the

@@ -206,30 +206,13 @@ pub struct RlConfig {
     pub trainable_layers: Option<usize>,
 }
 
-impl crate::run::RunConfig for RlConfig {
-    const KIND: &'static str = "rl";
-    /// How long it runs, how it is watched and where it runs (the engine's address included).
-    /// Every other field defines the run, and a resume that changes one is refused (see
-    /// [`crate::run`]).
-    const RESUMABLE: &'static [&'static str] =
-        &["iterations", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device", "engine"];
-
-    fn threads(&self) -> usize {
-        self.threads
-    }
-
-    fn device(&self) -> &str {
-        &self.device
-    }
-
-    fn precision(&self) -> &str {
-        &self.precision
-    }
-
-    fn trainable_layers(&self) -> Option<usize> {
-        self.trainable_layers
-    }
-}
+// A resume may change how long the run is, how it is watched and where it runs (the engine's
+// address included); every other field defines the run, and a resume that changes one is refused.
+crate::run::run_config!(
+    RlConfig,
+    "rl",
+    &["iterations", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device", "engine"]
+);
 
 impl Default for RlConfig {
     fn default() -> Self {

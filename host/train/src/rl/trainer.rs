@@ -6,7 +6,6 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -18,7 +17,7 @@ use toolsmith_agent::tools::{CREATE_TOOL, Executor};
 use toolsmith_policy::{Policy, SamplingParams};
 
 use crate::TrainError;
-use crate::checkpoint::{RunDir, TrainerState};
+use crate::checkpoint::RunDir;
 use crate::heldout::{HeldOut, ToolsFor};
 use crate::metrics::{IterationMetrics, Record};
 use crate::optim::Schedule;
@@ -53,6 +52,15 @@ pub(super) struct RlUnit {
 impl std::fmt::Debug for RlUnit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RlUnit").field("method", &self.config.method).finish_non_exhaustive()
+    }
+}
+
+/// The core's accessors (`policy`, `cancel_flag`, `state`, `schedule`) are the trainer's.
+impl std::ops::Deref for RlTrainer {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
     }
 }
 
@@ -175,21 +183,6 @@ impl RlTrainer {
     /// The tools rollouts in training world `index` call (simulated ones for MTR).
     pub fn training_tools(&self, index: usize) -> Option<Arc<dyn Executor>> {
         self.unit.worlds.get(index).map(|w| w.tools.clone())
-    }
-
-    /// The policy being trained.
-    pub fn policy(&self) -> Arc<Mutex<Policy>> {
-        self.core.policy()
-    }
-
-    /// Set it to stop after the current iteration (with a checkpoint).
-    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
-        self.core.cancel_flag()
-    }
-
-    /// Where training stands.
-    pub fn state(&self) -> &TrainerState {
-        self.core.state()
     }
 
     /// Trains to the last iteration; returns the directory of the final policy.
