@@ -114,7 +114,7 @@ fn an_rl_job_runs_to_the_end_with_its_tool_graph_in_each_checkpoint() {
                 "method": "searl", "init": "tiny", "graph": {}, "eval": null, "device": "cpu", "threads": 1,
                 "worlds": {"seeds": [5], "countries": 2, "tasks_per_family": 1, "styles": ["searl"]},
                 "iterations": 2, "tasks_per_iteration": 2, "group_size": 2, "max_turns": 2, "max_tokens": 24,
-                "overlong_cache": 6,
+                "overlong_cache": 6, "trainable_layers": 2,
                 "checkpoint_every": 1,
             }),
         )
@@ -135,4 +135,19 @@ fn an_rl_job_runs_to_the_end_with_its_tool_graph_in_each_checkpoint() {
     assert!(checkpoint.join("registry.db").is_file(), "{}", checkpoint.display());
     assert!(done.dir.join("final").is_dir());
     assert!(jobs.status().running.is_none());
+    // Only the top two of the tiny model's four layers (and the final norm) trained.
+    let start = toolsmith_policy::Policy::tiny(0, Default::default()).expect("tiny");
+    let trained = toolsmith_policy::Policy::load(&done.dir.join("final"), Default::default()).expect("final");
+    let (before, after) = (start.var_store().variables(), trained.var_store().variables());
+    for (name, w) in &before {
+        if !(name.starts_with("model.layers.2.")
+            || name.starts_with("model.layers.3.")
+            || name.starts_with("model.norm."))
+        {
+            assert_eq!((w - &after[name]).abs().max().double_value(&[]), 0.0, "{name} is frozen");
+        }
+    }
+    // A job asking for no trainable layer is refused when submitted.
+    let err = jobs.submit(JobKind::Rl, json!({"trainable_layers": 0})).expect_err("zero layers");
+    assert!(err.to_string().contains("trainable_layers"), "{err}");
 }

@@ -249,6 +249,9 @@ impl SftConfig {
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return bad("lr must be a positive number");
         }
+        if self.trainable_layers == Some(0) {
+            return bad("trainable_layers must be at least 1 (null trains every weight)");
+        }
         if !(self.first_turn_weight.is_finite() && self.first_turn_weight > 0.0) {
             return bad("first_turn_weight must be a positive number");
         }

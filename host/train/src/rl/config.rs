@@ -310,6 +310,9 @@ impl RlConfig {
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return bad("lr must be a positive number".into());
         }
+        if self.trainable_layers == Some(0) {
+            return bad("trainable_layers must be at least 1 (null trains every weight)".into());
+        }
         if self.iterations == 0 || self.tasks_per_iteration == 0 || self.epochs == 0 {
             return bad("iterations, tasks_per_iteration and epochs must be positive".into());
         }
