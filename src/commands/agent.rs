@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use toolsmith_agent::backend::{Backend, GenerateOptions, LocalBackend, OpenAiBackend};
+use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOptions, OpenAiBackend};
 use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_agent::env::metrics::{exact_match, f1};
 use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
@@ -132,8 +132,8 @@ pub struct EvalArgs {
     /// Evaluate the first N tasks only.
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Episodes running at once.
-    #[arg(long, default_value_t = 4)]
+    /// Episodes running at once; with a local policy their turns are decoded as one batch.
+    #[arg(long, default_value_t = 16)]
     pub parallel: usize,
     /// Print the figures as one JSON object instead of a table.
     #[arg(long)]
@@ -270,7 +270,9 @@ fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task]) -> Result<Arc<dyn Back
         return Ok(Arc::new(OpenAiBackend::new(p, &args.model, key)));
     }
     let policy = load_policy(p).context("expected oracle, tiny, a checkpoint directory or a URL")?;
-    Ok(Arc::new(LocalBackend::new(policy, p)))
+    // Episodes running at once (`eval --parallel`) have their turns decoded as one batch, each
+    // with its own seed and its keys and values kept between turns.
+    Ok(Arc::new(BatchedBackend::new(Arc::new(Mutex::new(policy)), p, BatchConfig::default())))
 }
 
 fn agent(
