@@ -180,7 +180,7 @@ impl Core {
         let mut changed = Vec::new();
         let state = match resumed {
             Some((state, dir)) => {
-                changed = check_settings(&state, &dir, C::KIND, &config, C::RESUMABLE, setup.resume)?;
+                changed = check_settings::<C>(&state, &dir, &config, setup.resume)?;
                 if state.data_hash != hash {
                     return Err(TrainError::checkpoint(
                         &dir,
@@ -339,7 +339,7 @@ impl Core {
 }
 
 /// What the core needs to know of a run's settings (SFT's and RL's configs).
-pub(crate) trait RunConfig: Serialize {
+pub(crate) trait RunConfig: Serialize + serde::de::DeserializeOwned {
     /// `sft` or `rl`.
     const KIND: &'static str;
     /// The settings a resume may change.
@@ -415,27 +415,32 @@ pub(crate) fn open<C: RunConfig>(out: &Path, resume: Resume, config: &C) -> Resu
     }
     let restored = run.restore(options)?;
     let settings = serde_json::to_value(config).map_err(|e| TrainError::Config(e.to_string()))?;
-    check_settings(&restored.state, &restored.dir, C::KIND, &settings, C::RESUMABLE, resume)?;
+    check_settings::<C>(&restored.state, &restored.dir, &settings, resume)?;
     Ok(Opened { run, options, restored: Some(restored) })
 }
 
-/// Checks that a checkpoint's `state` belongs to a `kind` run with these settings: the fields
-/// outside `resumable` that differ are an error unless `resume` allows changes; they are returned.
-fn check_settings(
+/// Checks that a checkpoint's `state` belongs to a run of `C`'s kind with these settings: the
+/// fields outside `C::RESUMABLE` that differ are an error unless `resume` allows changes; they are
+/// returned. The saved settings are read through `C` first, so a field this version added (absent
+/// from an older checkpoint) counts as its default, not as a change.
+fn check_settings<C: RunConfig>(
     state: &TrainerState,
     dir: &Path,
-    kind: &str,
     config: &Value,
-    resumable: &[&str],
     resume: Resume,
 ) -> Result<Vec<String>, TrainError> {
+    let (kind, resumable) = (C::KIND, C::RESUMABLE);
     if state.kind != kind {
         return Err(TrainError::checkpoint(
             dir,
             format!("a {} checkpoint, not a {kind} run's; start from it with --init instead", state.kind),
         ));
     }
-    let changed = changed_fields(&state.config, config, resumable);
+    let saved = serde_json::from_value::<C>(state.config.clone())
+        .ok()
+        .and_then(|c| serde_json::to_value(c).ok())
+        .unwrap_or_else(|| state.config.clone());
+    let changed = changed_fields(&saved, config, resumable);
     if !changed.is_empty() && resume != Resume::AllowingChanges {
         return Err(TrainError::checkpoint(
             dir,

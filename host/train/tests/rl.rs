@@ -514,6 +514,15 @@ fn a_resume_with_other_run_defining_settings_is_refused_unless_allowed() {
     for field in ["lr", "group_size", "loss.clip_high"] {
         assert!(err.contains(field), "{field}: {err}");
     }
+    // A checkpoint written before a setting existed (here `trainable_layers` and
+    // `loss.kl_estimator`) reads it as its default, which is no change.
+    let latest = std::fs::read_to_string(out.join("checkpoints/latest")).expect("latest");
+    let state_file = out.join("checkpoints").join(latest.trim()).join("trainer-state.json");
+    let mut state: Value = serde_json::from_str(&std::fs::read_to_string(&state_file).expect("state")).expect("json");
+    let config = state["config"].as_object_mut().expect("a config");
+    config.remove("trainable_layers");
+    config["loss"].as_object_mut().expect("loss").remove("kl_estimator");
+    std::fs::write(&state_file, serde_json::to_string(&state).expect("json")).expect("write");
     // A longer run, another evaluation or checkpoint cadence: allowed.
     let longer = |c: &mut toolsmith_train::rl::RlConfig| {
         c.eval = None;
