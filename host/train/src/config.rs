@@ -76,8 +76,9 @@ pub struct SftConfig {
     pub trainable_layers: Option<usize>,
 }
 
-// A resume may change how long the run is (`steps`, `epochs`), how it is watched and where it
-// runs; every other field defines the run, and a resume that changes one is refused.
+// A resume may change how long the run is (`steps`, `epochs`; the learning-rate schedule is then
+// planned over the new length), how it is watched and where it runs; every other field defines
+// the run, and a resume that changes one is refused.
 crate::run::run_config!(
     SftConfig,
     "sft",

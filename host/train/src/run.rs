@@ -174,6 +174,12 @@ impl Core {
         resumed: Option<(TrainerState, PathBuf)>,
         setup: Setup<'_, C>,
     ) -> Result<Self, TrainError> {
+        let mut policy = trainable(policy, setup.config)?;
+        if resumed.is_none() {
+            // The policy's step counts this run's updates (the optimiser's bias correction reads
+            // it on resume), not those of the checkpoint it started from.
+            policy.state_mut().step = 0;
+        }
         let config = serde_json::to_value(setup.config).map_err(|e| TrainError::Config(e.to_string()))?;
         let mut optimizer = AdamW::new(policy.var_store().variables().into_iter().collect(), setup.optimizer);
         let (hash, what) = setup.data;
@@ -440,7 +446,13 @@ fn check_settings<C: RunConfig>(
         .ok()
         .and_then(|c| serde_json::to_value(c).ok())
         .unwrap_or_else(|| state.config.clone());
-    let changed = changed_fields(&saved, config, resumable);
+    let mut changed = changed_fields(&saved, config, resumable);
+    // `device` may change, but with precision `auto` another device is another precision (bf16
+    // on CUDA, f32 on the CPU), and the optimiser's state would not fit.
+    let auto = |v: &Value| v.get("precision").and_then(Value::as_str) == Some("auto");
+    if saved.get("device") != config.get("device") && (auto(&saved) || auto(config)) {
+        changed.push("device (with precision auto, the precision follows the device)".into());
+    }
     if !changed.is_empty() && resume != Resume::AllowingChanges {
         return Err(TrainError::checkpoint(
             dir,
@@ -455,7 +467,8 @@ fn check_settings<C: RunConfig>(
 }
 
 /// The run-defining fields (dotted paths into nested settings) that differ between the saved
-/// settings and the new ones; top-level fields in `free` are ignored.
+/// settings and the new ones; the fields in `free` (dotted paths too) and everything below them
+/// are ignored.
 pub fn changed_fields(saved: &Value, now: &Value, free: &[&str]) -> Vec<String> {
     fn walk(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
         match (a, b) {
@@ -475,7 +488,7 @@ pub fn changed_fields(saved: &Value, now: &Value, free: &[&str]) -> Vec<String> 
     }
     let mut out = Vec::new();
     walk("", saved, now, &mut out);
-    out.retain(|f| !free.contains(&f.split('.').next().unwrap_or_default()));
+    out.retain(|f| !free.iter().any(|p| f == p || f.strip_prefix(p).is_some_and(|rest| rest.starts_with('.'))));
     out
 }
 

@@ -831,3 +831,20 @@ fn rl_with_trainable_layers_moves_only_the_top_layers() {
     }
     assert!(moved_top, "the top two layers did not train");
 }
+
+#[test]
+fn only_the_listed_settings_may_change_on_resume() {
+    use toolsmith_train::run::changed_fields;
+    let saved = json!({"lr": 1e-4, "iterations": 2, "engine": {"url": "http://a", "old_logprobs": "recompute"}, "loss": {"clip_high": 0.2}});
+    let free = ["iterations", "engine.url"];
+    // The engine's address and the run's length may change; how its log-probs are used may not.
+    let moved = json!({"lr": 1e-4, "iterations": 9, "engine": {"url": "http://b", "old_logprobs": "tis"}, "loss": {"clip_high": 0.2}});
+    assert_eq!(changed_fields(&saved, &moved, &free), vec!["engine.old_logprobs"]);
+    // From rollouts in process to an engine (or back) is a change of the run.
+    let local = json!({"lr": 1e-4, "iterations": 2, "engine": null, "loss": {"clip_high": 0.2}});
+    assert_eq!(changed_fields(&local, &saved, &free), vec!["engine"]);
+    // A prefix of a name is not its parent: `engine.url` frees neither `engine.urls` nor `engine`.
+    let near = json!({"engine": {"urls": 1}});
+    assert_eq!(changed_fields(&near, &json!({"engine": {"urls": 2}}), &free), vec!["engine.urls"]);
+    assert_eq!(changed_fields(&saved, &saved, &free), Vec::<String>::new());
+}

@@ -167,7 +167,10 @@ fn trainable_layers_train_the_top_layers_alone_and_survive_a_resume() {
 
     // The top layer of 4 trains; the embeddings (tied head) and layers 0-2 do not move.
     let start = dir.path().join("start");
-    sft::init_policy(&config(), Default::default()).expect("tiny").save(&start).expect("save");
+    let mut tiny = sft::init_policy(&config(), Default::default()).expect("tiny");
+    // A starting checkpoint that was itself trained for 7 steps: this run counts its own.
+    tiny.state_mut().step = 7;
+    tiny.save(&start).expect("save");
     let frozen = SftConfig {
         init: start.to_string_lossy().into_owned(),
         trainable_layers: Some(1),
@@ -176,8 +179,14 @@ fn trainable_layers_train_the_top_layers_alone_and_survive_a_resume() {
         eval: None,
         ..config()
     };
+    // Cancelled before its first step, then resumed: AdamW's step count starts at this run's 0.
     let run = dir.path().join("run");
-    sft::prepare(frozen.clone(), &run, false, &tools).expect("prepare").run(&mut |_| {}).expect("trains");
+    let mut first = sft::prepare(frozen.clone(), &run, false, &tools).expect("prepare");
+    first.cancel_flag().store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(matches!(first.run(&mut |_| {}), Err(toolsmith_train::TrainError::Cancelled)));
+    sft::prepare(frozen.clone(), &run, true, &tools).expect("resume").run(&mut |_| {}).expect("trains");
+    let policy = toolsmith_policy::Policy::load(&run.join("final"), Default::default()).expect("final");
+    assert_eq!(policy.state().step, 4, "4 updates, counted from 0");
     let (before, after) = (weights(&start), weights(&run.join("final")));
     for (name, w) in &before {
         let moved = (w - &after[name]).abs().max().double_value(&[]) > 0.0;
@@ -199,9 +208,16 @@ fn trainable_layers_train_the_top_layers_alone_and_survive_a_resume() {
             .expect_err("another trainable_layers")
             .to_string();
     assert!(err.contains("trainable_layers"), "{err}");
-    let mut resumed = sft::prepare(SftConfig { steps: Some(6), ..frozen }, &run, true, &tools).expect("resume");
+    // With precision `auto`, another device would be another precision: refused.
+    let err = sft::prepare(SftConfig { device: "auto".into(), steps: Some(6), ..frozen.clone() }, &run, true, &tools)
+        .expect_err("another device under precision auto")
+        .to_string();
+    assert!(err.contains("device"), "{err}");
+    let mut resumed = sft::prepare(SftConfig { steps: Some(6), ..frozen.clone() }, &run, true, &tools).expect("resume");
     assert_eq!(resumed.state().step, 4);
     resumed.run(&mut |_| {}).expect("trains");
+    let policy = toolsmith_policy::Policy::load(&run.join("final"), Default::default()).expect("final");
+    assert_eq!(policy.state().step, 6, "the policy counts this run's updates, not its start's");
     let again = weights(&run.join("final"));
     for (name, w) in &before {
         let moved = (w - &again[name]).abs().max().double_value(&[]) > 0.0;

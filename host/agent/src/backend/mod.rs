@@ -102,8 +102,10 @@ pub struct Completion {
 pub struct TurnTokens {
     /// The ids sampled, in order, including a final end-of-turn or stop token.
     pub output_ids: Vec<i64>,
-    /// The behaviour log-prob of each, under the model's own distribution (before temperature,
-    /// top-k, top-p and penalties; see [`toolsmith_policy::Generation::logprobs`]).
+    /// The behaviour log-prob of each, under the tempered distribution it was drawn from (before
+    /// top-k, top-p and penalties; see [`toolsmith_policy::Generation::logprobs`]). An external
+    /// engine reports its own kind (vLLM: before temperature by default); the trainer rescores
+    /// engine episodes rather than trust them.
     pub logprobs: Vec<f64>,
     /// Why sampling stopped.
     pub finish: toolsmith_policy::FinishReason,

@@ -206,12 +206,24 @@ pub struct RlConfig {
     pub trainable_layers: Option<usize>,
 }
 
-// A resume may change how long the run is, how it is watched and where it runs (the engine's
-// address included); every other field defines the run, and a resume that changes one is refused.
+// A resume may change how long the run is (the learning-rate schedule is then planned over the new
+// length), how it is watched and where it runs (the engine's address, not how its log-probs are
+// used); every other field defines the run, and a resume that changes one is refused.
 crate::run::run_config!(
     RlConfig,
     "rl",
-    &["iterations", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device", "engine"]
+    &[
+        "iterations",
+        "eval",
+        "eval_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "threads",
+        "device",
+        "engine.url",
+        "engine.model",
+        "engine.api_key_env",
+    ]
 );
 
 impl Default for RlConfig {
