@@ -204,11 +204,6 @@ impl Policy {
         Ok(())
     }
 
-    /// How many weights take gradients.
-    pub fn trainable_parameters(&self) -> i64 {
-        self.vs.variables().values().filter(|t| t.requires_grad()).map(Tensor::numel).map(|n| n as i64).sum()
-    }
-
     /// The context length in tokens (the model's `max_position_embeddings`).
     pub fn context_len(&self) -> usize {
         usize::try_from(self.config.common().max_position_embeddings).unwrap_or(usize::MAX)

@@ -26,11 +26,6 @@ pub use crate::run::Event;
 use crate::run::{Core, Opened, Resume, Setup, Unit, open, padded_rows, trainable};
 use crate::sequence::{SequenceBuilder, TrainSequence};
 
-/// The device and precision a config asks for.
-pub fn load_options(config: &SftConfig) -> Result<LoadOptions, TrainError> {
-    load_options_for(&config.device, &config.precision)
-}
-
 /// The device and precision named by `device` and `precision` (`auto` for either).
 pub fn load_options_for(device: &str, precision: &str) -> Result<LoadOptions, TrainError> {
     let device = toolsmith_policy::parse_device(device)?;
@@ -399,6 +394,8 @@ pub fn prepare(
         Some(r) => (r.policy, Some((r.state, r.dir))),
         None => (init_policy(&config, options)?, None),
     };
+    // Checked here as well as by the core: a model too small for `trainable_layers` is refused
+    // before the data is synthesised and before the run directory exists.
     let policy = trainable(policy, &config)?;
     let builder = SequenceBuilder::for_policy(&policy)?;
     let chats = load_chats(&config, tools_for)?;
