@@ -88,6 +88,26 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         INSERT OR REPLACE INTO tombstones VALUES (OLD.id, (SELECT value FROM counters WHERE name = 'generation'));
     END;
     "#,
+    // 3: failures by error kind, and an activity counter (calls and plan edges) so a watcher sees
+    // usage change with one read instead of summing every tool.
+    r#"
+    CREATE TABLE failures (
+        tool INTEGER NOT NULL REFERENCES tools(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (tool, kind)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO counters VALUES ('activity', 0);
+    CREATE TRIGGER tools_used AFTER UPDATE OF usage_count ON tools BEGIN
+        UPDATE counters SET value = value + 1 WHERE name = 'activity';
+    END;
+    CREATE TRIGGER edges_added AFTER INSERT ON edges BEGIN
+        UPDATE counters SET value = value + 1 WHERE name = 'activity';
+    END;
+    CREATE TRIGGER edges_changed AFTER UPDATE OF count, weight ON edges BEGIN
+        UPDATE counters SET value = value + 1 WHERE name = 'activity';
+    END;
+    "#,
 ];
 
 /// The schema version this build writes.
@@ -148,7 +168,7 @@ pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
 }
 
 /// Turns SQLite's "not a database" family into an error that names the file.
-fn classify(path: &Path, e: rusqlite::Error) -> RegistryError {
+pub(crate) fn classify(path: &Path, e: rusqlite::Error) -> RegistryError {
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) => {
             RegistryError::NotARegistry { path: path.to_path_buf(), reason: "not an SQLite database".into() }

@@ -23,6 +23,8 @@ mod index;
 mod search;
 mod store;
 mod transfer;
+mod usage;
+mod view;
 
 use std::path::PathBuf;
 
@@ -30,10 +32,15 @@ pub use db::SCHEMA_VERSION;
 pub use embed::{DIM, Embedder, ModelFiles};
 pub use search::{Explain, Mode, SearchHit, SearchRequest};
 pub use store::{
-    Admitted, Candidate, CandidateStatus, DoctorReport, Graph, GraphEdge, GraphNode, Neighbour, NewTool, PlanStep,
-    RecordedPlan, Registered, Registry, RegistryOptions, Settings, SortBy, Stats, ToolDetails, ToolRecord, ToolStats,
+    Admitted, CallUsage, Candidate, CandidateStatus, DoctorReport, Graph, GraphEdge, GraphNode, Neighbour, NewTool, PlanStep,
+    RecordedCalls, RecordedPlan, Registered, Registry, RegistryOptions, Settings, SortBy, Stats, ToolDetails, ToolRecord, ToolStats,
 };
 pub use transfer::ImportSummary;
+pub use usage::UsageLog;
+pub use view::{
+    Activity, EdgeKind, GRAPH_FORMAT, GraphSource, GraphView, NodeKind, Snapshot, ToolView, ViewEdge, ViewNode,
+    ViewStats, ViewToolStats,
+};
 
 /// What can go wrong with a registry.
 #[derive(Debug, thiserror::Error)]

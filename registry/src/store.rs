@@ -134,7 +134,7 @@ pub struct ToolRecord {
 }
 
 /// An edge seen from one end.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Neighbour {
     pub name: String,
     pub count: i64,
@@ -169,6 +169,39 @@ pub struct RecordedPlan {
     pub edges: Vec<(String, String)>,
     /// Tools the plan used that the registry does not know.
     pub unknown: Vec<String>,
+}
+
+/// One call of a tool, for its usage statistics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallUsage {
+    /// The tool (or an alias of it).
+    pub tool: String,
+    /// The error kind (`timeout`, `invalid_args`, ...) when the call failed.
+    pub failure: Option<String>,
+    /// The reward of the episode the call was part of, counted once per episode and tool.
+    pub reward: Option<f64>,
+}
+
+impl CallUsage {
+    /// A call of `tool` that succeeded, or failed with `failure`.
+    pub fn new(tool: impl Into<String>, failure: Option<&str>) -> CallUsage {
+        CallUsage { tool: tool.into(), failure: failure.map(str::to_string), reward: None }
+    }
+
+    /// With the reward of its episode.
+    pub fn with_reward(mut self, reward: Option<f64>) -> CallUsage {
+        self.reward = reward;
+        self
+    }
+}
+
+/// What [`Registry::record_calls`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RecordedCalls {
+    /// Calls counted.
+    pub recorded: usize,
+    /// Calls of tools the registry does not know, skipped.
+    pub unknown: usize,
 }
 
 /// A tool created during an iteration, waiting for [`Registry::register_best`].
@@ -558,15 +591,22 @@ impl Registry {
 
     /// Counts a call of `name` and, if given, the reward of the trajectory it was part of.
     pub fn record_call(&mut self, name: &str, success: bool, reward: Option<f64>) -> Result<(), RegistryError> {
-        let (id, _) = resolve(&self.conn, name)?.ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
-        let reward = reward.filter(|r| r.is_finite());
-        self.conn.execute(
-            "UPDATE tools SET usage_count = usage_count + 1, success_count = success_count + ?2, \
-             failure_count = failure_count + ?3, reward_sum = reward_sum + ?4, reward_count = reward_count + ?5, \
-             last_used_at = ?6 WHERE id = ?1",
-            params![id, success as i64, (!success) as i64, reward.unwrap_or(0.0), reward.is_some() as i64, now_ms()],
-        )?;
+        if resolve(&self.conn, name)?.is_none() {
+            return Err(RegistryError::NotFound(name.to_string()));
+        }
+        let failure = (!success).then(|| "failed".to_string());
+        self.record_calls(&[CallUsage { tool: name.to_string(), failure, reward }])?;
         Ok(())
+    }
+
+    /// Counts many calls in one transaction (see [`crate::UsageLog`] for a batching writer).
+    /// Calls of tools the registry does not know (a typo, a tool created but not admitted) are
+    /// not its statistics: they are skipped and counted in the result.
+    pub fn record_calls(&mut self, calls: &[CallUsage]) -> Result<RecordedCalls, RegistryError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let recorded = record_calls(&tx, calls)?;
+        tx.commit()?;
+        Ok(recorded)
     }
 
     /// Puts a tool created during an iteration into the candidate pool.
@@ -933,6 +973,50 @@ pub(crate) fn add_edge(tx: &Connection, src: i64, dst: i64, count: i64, weight: 
     Ok(())
 }
 
+pub(crate) fn record_calls(tx: &Connection, calls: &[CallUsage]) -> Result<RecordedCalls, RegistryError> {
+    let mut recorded = RecordedCalls::default();
+    let now = now_ms();
+    let mut ids: HashMap<&str, Option<i64>> = HashMap::new();
+    let mut update = tx.prepare_cached(
+        "UPDATE tools SET usage_count = usage_count + 1, success_count = success_count + ?2, \
+         failure_count = failure_count + ?3, reward_sum = reward_sum + ?4, reward_count = reward_count + ?5, \
+         last_used_at = ?6 WHERE id = ?1",
+    )?;
+    let mut failed = tx.prepare_cached(
+        "INSERT INTO failures (tool, kind, count) VALUES (?1, ?2, 1) \
+         ON CONFLICT (tool, kind) DO UPDATE SET count = count + 1",
+    )?;
+    for call in calls {
+        let id = match ids.get(call.tool.as_str()) {
+            Some(id) => *id,
+            None => {
+                let id = resolve(tx, &call.tool)?.map(|(id, _)| id);
+                ids.insert(&call.tool, id);
+                id
+            }
+        };
+        let Some(id) = id else {
+            recorded.unknown += 1;
+            continue;
+        };
+        let reward = call.reward.filter(|r| r.is_finite());
+        let failure = call.failure.as_deref();
+        update.execute(params![
+            id,
+            failure.is_none() as i64,
+            failure.is_some() as i64,
+            reward.unwrap_or(0.0),
+            reward.is_some() as i64,
+            now
+        ])?;
+        if let Some(kind) = failure {
+            failed.execute(params![id, kind])?;
+        }
+        recorded.recorded += 1;
+    }
+    Ok(recorded)
+}
+
 fn merge_into(tx: &Transaction<'_>, keep: i64, gone: i64, gone_name: &str) -> Result<(), RegistryError> {
     let edges: Vec<(i64, i64, i64, f64)> = {
         let mut stmt = tx.prepare("SELECT src, dst, count, weight FROM edges WHERE src = ?1 OR dst = ?1")?;
@@ -952,6 +1036,11 @@ fn merge_into(tx: &Transaction<'_>, keep: i64, gone: i64, gone_name: &str) -> Re
          reward_count = tools.reward_count + g.reward_count, \
          last_used_at = max(coalesce(tools.last_used_at, 0), coalesce(g.last_used_at, 0)) \
          FROM (SELECT * FROM tools WHERE id = ?2) AS g WHERE tools.id = ?1",
+        params![keep, gone],
+    )?;
+    tx.execute(
+        "INSERT INTO failures (tool, kind, count) SELECT ?1, kind, count FROM failures WHERE tool = ?2 \
+         ON CONFLICT (tool, kind) DO UPDATE SET count = failures.count + excluded.count",
         params![keep, gone],
     )?;
     tx.execute("UPDATE aliases SET canonical = ?1 WHERE canonical = ?2", params![keep, gone])?;

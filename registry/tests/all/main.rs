@@ -4,6 +4,7 @@ mod graph;
 mod processes;
 mod retrieval;
 mod storage;
+mod view;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
