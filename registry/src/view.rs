@@ -213,6 +213,16 @@ impl Registry {
         tool_view(&self.conn, name)
     }
 
+    /// The totals of [`Registry::graph_view`] without reading every row out.
+    pub fn view_stats(&self) -> Result<ViewStats, RegistryError> {
+        Ok(self.conn.query_row(
+            "SELECT (SELECT count(*) FROM tools), (SELECT count(*) FROM aliases), (SELECT count(*) FROM edges), \
+             (SELECT coalesce(sum(usage_count), 0) FROM tools)",
+            [],
+            |r| Ok(ViewStats { tools: r.get(0)?, aliases: r.get(1)?, edges: r.get(2)?, calls: r.get(3)? }),
+        )?)
+    }
+
     /// Counters that move when tools, calls or edges change (one read).
     pub fn activity(&self) -> Result<Activity, RegistryError> {
         let mut stmt = self.conn.prepare_cached("SELECT name, value FROM counters")?;

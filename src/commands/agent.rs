@@ -14,7 +14,7 @@ use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_agent::env::metrics::{exact_match, f1};
 use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
 use toolsmith_agent::eval::{evaluate, peak_by_objectives};
-use toolsmith_agent::graph::{RegistryRetriever, record_candidates, record_plan};
+use toolsmith_agent::graph::{RegistryRetriever, call_usage, record_candidates, record_plan};
 use toolsmith_agent::tools::LocalTools;
 use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Scheduler, ToolFormat, Trajectory};
 use toolsmith_policy::{LoadOptions, Policy, Tokenizer};
@@ -325,6 +325,32 @@ fn open_registry(env: &Env) -> Result<Arc<Mutex<toolsmith_registry::Registry>>> 
     Ok(Arc::new(Mutex::new(r)))
 }
 
+/// Counts finished episodes' calls in the registry's usage statistics (one transaction): the
+/// registry this command opened, else the configured one if it exists (an evaluation does not
+/// create a registry just to count in it). `reward` is the episode's, when it was scored.
+fn record_usage<'a>(
+    env: &Env,
+    registry: Option<&Arc<Mutex<toolsmith_registry::Registry>>>,
+    episodes: impl Iterator<Item = (&'a Trajectory, Option<f64>)>,
+) -> Result<()> {
+    let usage: Vec<_> = episodes.flat_map(|(t, reward)| call_usage(t, reward)).collect();
+    if usage.is_empty() {
+        return Ok(());
+    }
+    if let Some(registry) = registry {
+        toolsmith_contract::sync::lock(registry).record_calls(&usage).context("cannot record the calls")?;
+        return Ok(());
+    }
+    let path = env.registry.clone().unwrap_or_else(toolsmith_registry::Registry::default_path);
+    if path.is_file() {
+        let log = toolsmith_registry::UsageLog::open(&path)
+            .with_context(|| format!("cannot record the calls in {}", path.display()))?;
+        log.record_all(usage);
+        log.flush().with_context(|| format!("cannot record the calls in {}", path.display()))?;
+    }
+    Ok(())
+}
+
 pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
     let (mut tasks, corpus) = load_env(&args.policy)?;
     if !args.families.is_empty() {
@@ -354,6 +380,7 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
         bar.inc(1);
     }));
     bar.finish_and_clear();
+    record_usage(env, registry.as_ref(), report.results.iter().map(|r| (&r.trajectory, Some(r.em))))?;
     if let (Some(run), Some(registry)) = (&args.record, &registry) {
         let mut r = toolsmith_contract::sync::lock(registry);
         let mut candidates = 0;
@@ -392,9 +419,13 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
 
 pub fn run(env: &Env, args: RunArgs) -> Result<ExitCode> {
     let (tasks, corpus) = load_env(&args.policy)?;
-    let (agent, _) = agent(env, &args.policy, &tasks, corpus)?;
+    let (agent, registry) = agent(env, &args.policy, &tasks, corpus)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
     let trajectory = runtime.block_on(agent.run(&args.question));
+    let reward = tasks.iter().find(|t| t.question == args.question).map(|task| {
+        exact_match(trajectory.answer.as_deref().unwrap_or_default(), &task.golden_answers)
+    });
+    record_usage(env, registry.as_ref(), std::iter::once((&trajectory, reward)))?;
     if args.json {
         super::print_json(&trajectory)?;
     } else {

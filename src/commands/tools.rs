@@ -121,7 +121,8 @@ pub struct GraphArgs {
     /// Also render an SVG picture with Graphviz (`dot` must be installed).
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
-    /// Also write a self-contained HTML page with the picture (no dependencies).
+    /// Also write the graph page (the one `serve --http` shows at /graph) as one offline file
+    /// holding the whole graph and every tool's details.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
 }
@@ -410,7 +411,8 @@ fn graph(r: &Registry, args: GraphArgs) -> Result<()> {
         eprintln!("picture: {}", svg.display());
     }
     if let Some(html) = &args.html {
-        std::fs::write(html, to_html(&g)).with_context(|| format!("cannot write {}", html.display()))?;
+        let page = toolsmith_daemon::graph::static_page(r).context("cannot build the graph page")?;
+        std::fs::write(html, page).with_context(|| format!("cannot write {}", html.display()))?;
         eprintln!("picture: {}", html.display());
     }
     Ok(())
@@ -468,76 +470,10 @@ fn render_svg(dot: &str, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A self-contained page: nodes on a circle, edges as arrows whose width grows with weight.
-fn to_html(g: &Graph) -> String {
-    let n = g.nodes.len().max(1);
-    let radius = (60.0 * n as f64 / std::f64::consts::TAU).max(160.0);
-    let size = 2.0 * radius + 260.0;
-    let c = size / 2.0;
-    let pos: std::collections::HashMap<&str, (f64, f64)> = g
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| {
-            let a = std::f64::consts::TAU * i as f64 / n as f64 - std::f64::consts::FRAC_PI_2;
-            (node.name.as_str(), (c + radius * a.cos(), c + radius * a.sin()))
-        })
-        .collect();
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {size:.0} {size:.0}\" width=\"{size:.0}\" height=\"{size:.0}\">\
-         <defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto\">\
-         <path d=\"M0,0 L10,5 L0,10 z\" fill=\"#5b6b8c\"/></marker></defs>"
-    );
-    for e in &g.edges {
-        let (Some(&(x1, y1)), Some(&(x2, y2))) = (pos.get(e.src.as_str()), pos.get(e.dst.as_str())) else { continue };
-        // Stop short of the target's label so the arrow head stays visible.
-        let (dx, dy) = (x2 - x1, y2 - y1);
-        let len = (dx * dx + dy * dy).sqrt().max(1.0);
-        let (ex, ey) = (x2 - dx / len * 14.0, y2 - dy / len * 14.0);
-        let _ = write!(
-            svg,
-            "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{ex:.1}\" y2=\"{ey:.1}\" stroke=\"#5b6b8c\" stroke-opacity=\"0.7\" \
-             stroke-width=\"{:.2}\" marker-end=\"url(#arrow)\"><title>{} -> {}: count {}, weight {:.2}</title></line>",
-            edge_width(e.weight),
-            esc(&e.src),
-            esc(&e.dst),
-            e.count,
-            e.weight
-        );
-    }
-    for node in &g.nodes {
-        let Some(&(x, y)) = pos.get(node.name.as_str()) else { continue };
-        let _ = write!(
-            svg,
-            "<g><circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"9\" fill=\"#e8a33d\" stroke=\"#7a4f0e\"/>\
-             <text x=\"{x:.1}\" y=\"{:.1}\" font-family=\"sans-serif\" font-size=\"12\" text-anchor=\"middle\">{}</text>\
-             <title>{} ({} tool, {} calls)</title></g>",
-            y - 14.0,
-            esc(&node.name),
-            esc(&node.name),
-            node.kind,
-            node.usage_count
-        );
-    }
-    svg.push_str("</svg>");
-    format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Toolsmith tool graph</title>\
-         <style>body{{font-family:sans-serif;margin:2em}}</style></head><body>\
-         <h1>Tool graph</h1><p>{} tools, {} edges. An arrow A &rarr; B means plans fed A's result into B; \
-         thicker arrows were seen more. Hover for counts.</p>{svg}</body></html>\n",
-        g.nodes.len(),
-        g.edges.len()
-    )
-}
-
 /// Line width for an edge: grows with the log of its weight, so one heavy edge does not swamp the
 /// picture.
 fn edge_width(weight: f64) -> f64 {
     1.0 + weight.max(0.0).ln_1p()
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 fn clip(s: &str, n: usize) -> String {

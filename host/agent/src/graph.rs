@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use toolsmith_contract::Manifest;
-use toolsmith_registry::{Candidate, NewTool, RecordedPlan, Registry, RegistryError, SearchRequest};
+use toolsmith_registry::{CallUsage, Candidate, NewTool, RecordedPlan, Registry, RegistryError, SearchRequest};
 
 use crate::backend::BoxFuture;
 use crate::runner::{Retriever, Trajectory};
@@ -92,4 +92,26 @@ pub fn record_plan(
         return Ok(RecordedPlan::default());
     }
     registry.record_plan(&steps, reward)
+}
+
+/// A trajectory's calls as usage statistics: every call counts, a failure keeps its error kind,
+/// and the episode's `reward` goes once to each tool it used (so a tool's mean reward is the mean
+/// over the episodes that used it, not over its calls).
+pub fn call_usage(trajectory: &Trajectory, reward: Option<f64>) -> Vec<CallUsage> {
+    let mut rewarded = std::collections::HashSet::new();
+    trajectory
+        .calls()
+        .map(|call| {
+            let failure = (!call.ok()).then(|| {
+                call.result
+                    .pointer("/error/kind")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_string)
+                    .or_else(|| serde_json::to_value(call.verdict).ok()?.as_str().map(str::to_string))
+                    .unwrap_or_else(|| "failed".into())
+            });
+            let reward = reward.filter(|_| rewarded.insert(call.name.as_str()));
+            CallUsage { tool: call.name.clone(), failure, reward }
+        })
+        .collect()
 }

@@ -4,10 +4,12 @@
 //!   `tools/list_changed` reach clients on their GET stream).
 //! - `GET /health`: `ok`, never authenticated (for load balancers and scripts).
 //! - `GET /status`: [`StatusReport`](super::StatusReport) as JSON.
+//! - `GET /graph` and its API: the live tool-graph page ([`super::graph`]).
 //!
 //! Protection for a server that runs tools on this machine:
-//! - a bearer token, required on `/mcp` and `/status` when set (and required to listen on
-//!   anything but a loopback address);
+//! - a bearer token, required on `/mcp`, `/status` and `/graph` when set (and required to listen
+//!   on anything but a loopback address); a browser opens the graph page once with `?token=`
+//!   and then carries it in an HttpOnly, same-site cookie;
 //! - `Host` checked against the listening names (DNS rebinding), and a browser's `Origin` checked
 //!   against an allowlist (loopback origins by default);
 //! - a cap on request bodies.
@@ -118,6 +120,7 @@ impl HttpServer {
             .merge(mcp)
             .route("/status", get(status))
             .with_state(daemon.clone())
+            .merge(super::graph::routes(daemon.clone()))
             .merge(options.extra_routes.unwrap_or_default())
             .route_layer(axum::middleware::from_fn_with_state(token, require_token));
         let router = Router::new()
@@ -181,18 +184,77 @@ async fn check_json_rpc(limit: usize, request: Request, next: Next) -> Response 
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
 
+/// The cookie a browser keeps the token in, once it opened a page with `?token=`.
+const TOKEN_COOKIE: &str = "toolsmith_token";
+
+/// Where a request carried the token: a header (API clients), the cookie, or the query string
+/// (a browser opening the graph page the first time).
+fn presented_token(request: &Request) -> (Option<String>, bool) {
+    let headers = request.headers();
+    if let Some(bearer) =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+    {
+        return (Some(bearer.to_string()), false);
+    }
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(TOKEN_COOKIE)?.strip_prefix('=').map(str::to_string));
+    if cookie.is_some() {
+        return (cookie, false);
+    }
+    let query = request.uri().query().unwrap_or("").split('&').find_map(|pair| {
+        let value = pair.strip_prefix("token=")?;
+        percent_decode(value)
+    });
+    let from_query = query.is_some();
+    (query, from_query)
+}
+
+/// `%XX` and `+` decoding of a query value; `None` when malformed.
+fn percent_decode(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 async fn require_token(State(token): State<Option<Arc<str>>>, request: Request, next: Next) -> Response {
     let Some(token) = token else {
         return next.run(request).await;
     };
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+    let (presented, from_query) = presented_token(&request);
+    let presented = presented.unwrap_or_default();
     if constant_time_eq(presented.as_bytes(), token.as_bytes()) {
-        next.run(request).await
+        let mut response = next.run(request).await;
+        if from_query {
+            // The page's own requests (and its event stream, which cannot set headers) then
+            // carry the token as a cookie that scripts cannot read.
+            let cookie = format!("{TOKEN_COOKIE}={presented}; Path=/; HttpOnly; SameSite=Strict");
+            if let Ok(value) = header::HeaderValue::from_str(&cookie) {
+                response.headers_mut().append(header::SET_COOKIE, value);
+            }
+        }
+        response
     } else {
         tracing::warn!(path = %request.uri().path(), "rejected a request without the bearer token");
         (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "a valid bearer token is required\n")
@@ -211,7 +273,15 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::{constant_time_eq, percent_decode};
+
+    #[test]
+    fn query_values_decode() {
+        assert_eq!(percent_decode("a%2Bb+c").as_deref(), Some("a+b c"));
+        assert_eq!(percent_decode("plain").as_deref(), Some("plain"));
+        assert_eq!(percent_decode("bad%2"), None);
+        assert_eq!(percent_decode("bad%zz"), None);
+    }
 
     #[test]
     fn token_comparison_is_exact() {

@@ -15,6 +15,7 @@
 //!   generation counter).
 
 pub mod chat;
+pub mod graph;
 pub mod http;
 pub mod jobs;
 pub mod mcp;
@@ -34,7 +35,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use toolsmith_contract::sync::lock;
 use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};
-use toolsmith_registry::{Registry, RegistryError};
+use toolsmith_registry::{Activity, CallUsage, Registry, RegistryError, UsageLog};
 
 pub use meta::{CREATE_TOOL, SEARCH_TOOL};
 use stats::Stats;
@@ -146,6 +147,12 @@ struct Shared {
     meta_tools: Vec<(Manifest, toolsmith_sandbox::validate::ToolSchemas)>,
     /// The training jobs, when this daemon runs them (for `/status`).
     jobs: OnceLock<jobs::StatusSource>,
+    /// Calls' usage statistics, written in batches off the calling thread.
+    usage: UsageLog,
+    /// What the graph page hears (`/graph/events`).
+    events: tokio::sync::broadcast::Sender<graph::GraphEvent>,
+    /// The registry's counters as last broadcast.
+    seen: Mutex<Activity>,
 }
 
 struct Loaded {
@@ -181,6 +188,8 @@ impl Daemon {
             return Err(DaemonError::Config("concurrency and page size must be at least 1".into()));
         }
         let generation = registry.generation()?;
+        let seen = registry.activity()?;
+        let usage = UsageLog::open(registry.path())?;
         let meta_tools = meta::manifests()
             .map_err(DaemonError::Config)?
             .into_iter()
@@ -203,6 +212,9 @@ impl Daemon {
                 shutdown: CancellationToken::new(),
                 meta_tools,
                 jobs: OnceLock::new(),
+                usage,
+                events: tokio::sync::broadcast::channel(64).0,
+                seen: Mutex::new(seen),
                 options,
             }),
         })
@@ -328,10 +340,8 @@ impl Daemon {
             let _in_flight = shared.stats.start();
             let outcome = shared.load(&name).and_then(|tool| {
                 let out = shared.toolbox.call_tool(&tool, &args, limits);
-                let recorded = lock(&shared.registry).record_call(tool.name(), out.is_ok(), None);
-                if let Err(e) = recorded {
-                    tracing::warn!(tool = tool.name(), "cannot record the call: {e}");
-                }
+                let failure = out.as_ref().err().map(|e| e.kind.as_str());
+                shared.usage.record(CallUsage::new(tool.name(), failure));
                 out.map(|o| (tool, o.value))
             });
             match outcome {
@@ -408,10 +418,52 @@ impl Daemon {
             loop {
                 tokio::select! {
                     _ = token.cancelled() => break,
-                    _ = tick.tick() => daemon.announce_changes().await,
+                    _ = tick.tick() => {
+                        daemon.announce_changes().await;
+                        daemon.broadcast_graph_changes().await;
+                    }
                 }
             }
         })
+    }
+
+    /// Tells the graph pages that tools, calls or plan edges changed, if they did since the last
+    /// time (another process's writes included).
+    pub async fn broadcast_graph_changes(&self) {
+        let shared = self.shared.clone();
+        let changed = self
+            .with_registry(move |r| {
+                let now = r.activity()?;
+                if *lock(&shared.seen) == now {
+                    return Ok(None);
+                }
+                let stats = r.view_stats()?;
+                *lock(&shared.seen) = now;
+                Ok(Some(graph::GraphEvent::new(now, stats)))
+            })
+            .await;
+        match changed {
+            Ok(Some(event)) => {
+                // No receiver (no page open) is fine.
+                let _ = self.shared.events.send(event);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("cannot read the registry's counters: {e}"),
+        }
+    }
+
+    /// Commits the calls recorded so far (tests and shutdown).
+    pub fn flush_usage(&self) -> Result<(), RegistryError> {
+        self.shared.usage.flush()
+    }
+
+    pub(crate) fn graph_events(&self) -> tokio::sync::broadcast::Receiver<graph::GraphEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// The tool graphs training jobs kept with their checkpoints.
+    pub(crate) fn checkpoint_graphs(&self) -> Vec<(graph::CheckpointGraph, std::path::PathBuf)> {
+        self.shared.jobs.get().map(|jobs| jobs.checkpoint_graphs()).unwrap_or_default()
     }
 
     /// Health and counters, for the status API.

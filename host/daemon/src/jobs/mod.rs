@@ -441,6 +441,20 @@ impl StatusSource {
     pub(crate) fn status(&self) -> JobsStatus {
         JobsStatus { running: lock(&self.0.live).clone(), queued: self.0.store.queued().unwrap_or(0) }
     }
+
+    /// Every job's checkpoints that kept a tool graph (RL with the graph on), by job and step.
+    pub(crate) fn checkpoint_graphs(&self) -> Vec<(crate::graph::CheckpointGraph, PathBuf)> {
+        let mut jobs: Vec<i64> = std::fs::read_dir(self.0.store.root.join("jobs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        jobs.sort_unstable();
+        jobs.into_iter()
+            .flat_map(|id| crate::graph::job_checkpoint_graphs(&id.to_string(), &self.0.store.dir_of(id)))
+            .collect()
+    }
 }
 
 impl Jobs {

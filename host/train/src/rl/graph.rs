@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 use toolsmith_agent::Trajectory;
-use toolsmith_agent::graph::{RegistryRetriever, record_candidates, record_plan};
+use toolsmith_agent::graph::{RegistryRetriever, call_usage, record_candidates, record_plan};
 use toolsmith_agent::runner::Retriever;
 use toolsmith_agent::tools::{CREATE_TOOL, Executor};
 use toolsmith_contract::{Manifest, ToolKind};
@@ -207,21 +207,19 @@ impl TrainingGraph {
                     }
                 }
             }
+            // One transaction for the iteration's calls; calls of tools the graph does not hold
+            // (a creation, a typo) are not its statistics and are skipped.
+            let mut usage = Vec::new();
             for (_, episodes, rewards) in groups {
                 for (episode, &reward) in episodes.iter().zip(rewards.iter()) {
                     if !reward.is_finite() {
                         continue;
                     }
                     update.edges += record_plan(&mut registry, episode, reward).map_err(err)?.edges.len();
-                    for call in episode.calls() {
-                        // Calls of tools the graph does not hold (a creation, a typo) are not its
-                        // statistics.
-                        if registry.resolve(&call.name).map_err(err)?.is_some() {
-                            registry.record_call(&call.name, call.ok(), Some(reward)).map_err(err)?;
-                        }
-                    }
+                    usage.extend(call_usage(episode, Some(reward)));
                 }
             }
+            registry.record_calls(&usage).map_err(err)?;
             update.tools = registry.len().map_err(err)?;
         }
         self.install(&fresh, executors)?;
