@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::{ACCEPT, HttpServer, JSON, Reply, Session, curl, sse_message, toolsmith};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -13,12 +14,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn toolsmith() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolsmith"));
-    cmd.env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"));
-    cmd
-}
 
 /// The Python interpreter of the client's virtual environment (created once, then cached).
 fn python() -> &'static Path {
@@ -66,62 +61,6 @@ fn assert_scenario_passed(out: &Output, report: &Value) {
     assert_eq!(report["steps"]["bad_args"]["kind"], "invalid_args");
     let found = report["steps"]["search_tools"]["names"].as_array().expect("names");
     assert!(found.contains(&json!("calculator")), "{found:?}");
-}
-
-/// A server on an ephemeral loopback port; killed on drop.
-struct HttpServer {
-    child: Child,
-    base: String,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl HttpServer {
-    fn start(extra: &[&str]) -> HttpServer {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut server = HttpServer::start_in(dir.path(), extra);
-        server._dir = Some(dir);
-        server
-    }
-
-    /// A server whose registry (and training jobs) live in `dir`, which outlives it.
-    fn start_in(dir: &Path, extra: &[&str]) -> HttpServer {
-        let mut child = toolsmith()
-            .arg("--registry")
-            .arg(dir.join("registry.db"))
-            .args(["serve", "--http", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start toolsmith serve");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let base = loop {
-            let line = lines.next().expect("the server exited before listening").expect("stderr");
-            if let Some(rest) = line.split("MCP on ").nth(1) {
-                break rest.split("/mcp").next().expect("url").to_owned();
-            }
-        };
-        // Kept for a failing test's output.
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if line.contains("ERROR") || line.contains("WARN") {
-                    eprintln!("server: {line}");
-                }
-            }
-        });
-        HttpServer { child, base, _dir: None }
-    }
-
-    fn mcp(&self) -> String {
-        format!("{}/mcp", self.base)
-    }
 }
 
 #[test]
@@ -174,72 +113,6 @@ fn python_sdk_client_over_streamable_http_with_a_token() {
     assert!(status["uptime_s"].as_f64().expect("uptime") > 0.0);
     assert_eq!(curl(&server, &[&format!("{}/status", server.base)]).status, 401);
     assert_eq!(curl(&server, &[&format!("{}/health", server.base)]).body.trim(), "ok");
-}
-
-struct Reply {
-    status: u16,
-    headers: String,
-    body: String,
-}
-
-/// One HTTP exchange with curl (present wherever the setup script ran).
-fn curl(_server: &HttpServer, args: &[&str]) -> Reply {
-    let out = Command::new("curl").args(["-sS", "-D", "-", "--max-time", "60"]).args(args).output().expect("run curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (headers, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = headers.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    Reply { status, headers: headers.to_owned(), body: body.to_owned() }
-}
-
-/// A raw MCP session over HTTP: initialize, then JSON-RPC requests with the session id.
-struct Session<'a> {
-    server: &'a HttpServer,
-    id: String,
-}
-
-const ACCEPT: &str = "Accept: application/json, text/event-stream";
-const JSON: &str = "Content-Type: application/json";
-
-impl<'a> Session<'a> {
-    fn open(server: &'a HttpServer) -> Session<'a> {
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
-        let reply = curl(server, &["-H", ACCEPT, "-H", JSON, "-d", &init.to_string(), &server.mcp()]);
-        assert_eq!(reply.status, 200, "{}{}", reply.headers, reply.body);
-        let id = reply
-            .headers
-            .lines()
-            .find_map(|l| l.to_ascii_lowercase().strip_prefix("mcp-session-id:").map(|_| l[15..].trim().to_owned()))
-            .expect("a session id");
-        let session = Session { server, id };
-        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        session.post(&done.to_string());
-        session
-    }
-
-    fn post(&self, body: &str) -> Reply {
-        let header = format!("Mcp-Session-Id: {}", self.id);
-        let version = "Mcp-Protocol-Version: 2025-06-18";
-        curl(self.server, &["-H", ACCEPT, "-H", JSON, "-H", &header, "-H", version, "-d", body, &self.server.mcp()])
-    }
-
-    /// A request's JSON-RPC response (from a JSON body or the SSE stream).
-    fn request(&self, id: u64, method: &str, params: Value) -> Value {
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let reply = self.post(&body.to_string());
-        sse_message(&reply.body, id)
-            .unwrap_or_else(|| panic!("no response to {method}: {}{}", reply.headers, reply.body))
-    }
-
-    fn call(&self, id: u64, tool: &str, args: Value) -> Value {
-        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))["result"].clone()
-    }
-}
-
-fn sse_message(body: &str, id: u64) -> Option<Value> {
-    let messages =
-        body.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).chain(std::iter::once(body.trim()));
-    messages.filter_map(|m| serde_json::from_str::<Value>(m).ok()).find(|m| m["id"] == id)
 }
 
 #[test]

@@ -32,8 +32,9 @@ pub use db::SCHEMA_VERSION;
 pub use embed::{DIM, Embedder, ModelFiles};
 pub use search::{Explain, Mode, SearchHit, SearchRequest};
 pub use store::{
-    Admitted, CallUsage, Candidate, CandidateStatus, DoctorReport, Graph, GraphEdge, GraphNode, Neighbour, NewTool, PlanStep,
-    RecordedCalls, RecordedPlan, Registered, Registry, RegistryOptions, Settings, SortBy, Stats, ToolDetails, ToolRecord, ToolStats,
+    Admitted, CallUsage, Candidate, CandidateStatus, DoctorReport, Graph, GraphEdge, GraphNode, Neighbour, NewTool,
+    PlanStep, RecordedCalls, RecordedPlan, Registered, Registry, RegistryOptions, Settings, SortBy, Stats, ToolDetails,
+    ToolRecord, ToolStats,
 };
 pub use transfer::ImportSummary;
 pub use usage::UsageLog;

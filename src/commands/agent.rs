@@ -337,17 +337,15 @@ fn record_usage<'a>(
     if usage.is_empty() {
         return Ok(());
     }
-    if let Some(registry) = registry {
-        toolsmith_contract::sync::lock(registry).record_calls(&usage).context("cannot record the calls")?;
-        return Ok(());
-    }
-    let path = env.registry.clone().unwrap_or_else(toolsmith_registry::Registry::default_path);
-    if path.is_file() {
-        let log = toolsmith_registry::UsageLog::open(&path)
-            .with_context(|| format!("cannot record the calls in {}", path.display()))?;
-        log.record_all(usage);
-        log.flush().with_context(|| format!("cannot record the calls in {}", path.display()))?;
-    }
+    let registry = match registry {
+        Some(r) => r.clone(),
+        None if env.registry.clone().unwrap_or_else(toolsmith_registry::Registry::default_path).is_file() => {
+            open_registry(env)?
+        }
+        None => return Ok(()),
+    };
+    let recorded = toolsmith_contract::sync::lock(&registry).record_calls(&usage).context("cannot record the calls")?;
+    tracing::debug!(recorded = recorded.recorded, unknown = recorded.unknown, "calls recorded in the tool graph");
     Ok(())
 }
 
@@ -422,9 +420,10 @@ pub fn run(env: &Env, args: RunArgs) -> Result<ExitCode> {
     let (agent, registry) = agent(env, &args.policy, &tasks, corpus)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
     let trajectory = runtime.block_on(agent.run(&args.question));
-    let reward = tasks.iter().find(|t| t.question == args.question).map(|task| {
-        exact_match(trajectory.answer.as_deref().unwrap_or_default(), &task.golden_answers)
-    });
+    let reward = tasks
+        .iter()
+        .find(|t| t.question == args.question)
+        .map(|task| exact_match(trajectory.answer.as_deref().unwrap_or_default(), &task.golden_answers));
     record_usage(env, registry.as_ref(), std::iter::once((&trajectory, reward)))?;
     if args.json {
         super::print_json(&trajectory)?;

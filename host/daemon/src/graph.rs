@@ -17,13 +17,13 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use axum::Router;
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -254,12 +254,17 @@ async fn search(State(daemon): State<Daemon>, Query(params): Query<BTreeMap<Stri
         return json_error(StatusCode::BAD_REQUEST, "give a search text: /graph/search?q=...");
     }
     if query.chars().count() > MAX_QUERY_CHARS {
-        return json_error(StatusCode::BAD_REQUEST, format!("the search text is longer than {MAX_QUERY_CHARS} characters"));
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            format!("the search text is longer than {MAX_QUERY_CHARS} characters"),
+        );
     }
     let k = match params.get("k").map(|k| k.parse::<usize>()) {
         None => 20,
         Some(Ok(k)) if (1..=MAX_HITS).contains(&k) => k,
-        Some(_) => return json_error(StatusCode::BAD_REQUEST, format!("k must be a whole number from 1 to {MAX_HITS}")),
+        Some(_) => {
+            return json_error(StatusCode::BAD_REQUEST, format!("k must be a whole number from 1 to {MAX_HITS}"));
+        }
     };
     let text = query.clone();
     let hits = daemon
@@ -398,9 +403,12 @@ mod tests {
 
     #[test]
     fn text_cannot_become_markup() {
-        assert_eq!(escape_html(r#"<img src=x onerror="a('b')">&"#), "&lt;img src=x onerror=&quot;a(&#39;b&#39;)&quot;&gt;&amp;");
-        let json = serde_json::to_string(&serde_json::json!({"d": "</script><script>alert(1)</script><!--"}))
-            .expect("json");
+        assert_eq!(
+            escape_html(r#"<img src=x onerror="a('b')">&"#),
+            "&lt;img src=x onerror=&quot;a(&#39;b&#39;)&quot;&gt;&amp;"
+        );
+        let json =
+            serde_json::to_string(&serde_json::json!({"d": "</script><script>alert(1)</script><!--"})).expect("json");
         let safe = script_safe(&json);
         assert!(!safe.contains('<') && !safe.contains('>'));
         let back: serde_json::Value = serde_json::from_str(&safe).expect("still JSON");
