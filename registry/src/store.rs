@@ -134,7 +134,7 @@ pub struct ToolRecord {
 }
 
 /// An edge seen from one end.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Neighbour {
     pub name: String,
     pub count: i64,

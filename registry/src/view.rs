@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolsmith_contract::{Manifest, Provenance, ToolKind};
@@ -20,7 +21,7 @@ use crate::store::{Neighbour, Registry, parse_kind};
 pub const GRAPH_FORMAT: u32 = 1;
 
 /// Where a graph view was read from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum GraphSource {
     /// The registry as it is now.
@@ -31,7 +32,7 @@ pub enum GraphSource {
 }
 
 /// What a node is: a tool of some kind, or a name merged into another tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeKind {
     Plugin,
@@ -54,7 +55,7 @@ impl From<ToolKind> for NodeKind {
 }
 
 /// A node of [`GraphView`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ViewNode {
     pub name: String,
     pub kind: NodeKind,
@@ -73,7 +74,7 @@ pub struct ViewNode {
 }
 
 /// An edge's origin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EdgeKind {
     /// Learned from plans: `src`'s result fed `dst`.
@@ -83,7 +84,7 @@ pub enum EdgeKind {
 }
 
 /// An edge of [`GraphView`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ViewEdge {
     pub src: String,
     pub dst: String,
@@ -95,7 +96,7 @@ pub struct ViewEdge {
 }
 
 /// Totals of a [`GraphView`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ViewStats {
     pub tools: i64,
     pub aliases: i64,
@@ -104,7 +105,7 @@ pub struct ViewStats {
 }
 
 /// The whole graph for a page (`GET /graph.json`; `schemas/graph.schema.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GraphView {
     pub format: u32,
     /// The registry's generation: changes whenever its tool list does.
@@ -117,7 +118,7 @@ pub struct GraphView {
 }
 
 /// Calls, successes and failures of a tool, failures by error kind, and rewards.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ViewToolStats {
     pub calls: i64,
     pub successes: i64,
@@ -129,7 +130,7 @@ pub struct ViewToolStats {
 }
 
 /// One tool in full (`GET /graph/tools/{name}`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolView {
     pub name: String,
     pub kind: NodeKind,

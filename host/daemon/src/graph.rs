@@ -311,8 +311,15 @@ async fn tool(
         }
     };
     match found {
-        // A browser opening a tool's address gets the page, which selects the tool.
-        Ok(_) if html_wanted => html(StatusCode::OK, PAGE.to_string()),
+        // A browser opening a tool's address gets the page with the tool selected (the page's own
+        // requests are relative to `/graph`, so it is served there).
+        Ok(view) if html_wanted => {
+            let mut response = StatusCode::SEE_OTHER.into_response();
+            if let Ok(to) = HeaderValue::from_str(&format!("/graph#tool={}", view.name)) {
+                response.headers_mut().insert(header::LOCATION, to);
+            }
+            response
+        }
         Ok(view) => json_ok(&view),
         Err((status, message)) => fail(status, message),
     }
