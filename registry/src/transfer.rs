@@ -1,7 +1,7 @@
 //! Export and import as JSON lines: one record per line, in a fixed order, so exporting an
 //! imported export gives the same bytes. Embeddings and blobs travel as base64, exactly.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 
 use base64::Engine as _;
@@ -36,6 +36,9 @@ enum Line {
         blob_hash: Option<String>,
         embedding: Option<String>,
         stats: ToolStats,
+        /// Failures by error kind (absent in exports from before it was kept).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        failures: BTreeMap<String, i64>,
         created_at: i64,
         last_used_at: Option<i64>,
     },
@@ -70,6 +73,7 @@ enum Record {
         blob_hash: Option<String>,
         embedding: Option<Vec<u8>>,
         stats: ToolStats,
+        failures: BTreeMap<String, i64>,
         created_at: i64,
         last_used_at: Option<i64>,
     },
@@ -125,8 +129,9 @@ impl Registry {
         }
         let mut stmt = tx.prepare(
             "SELECT manifest, blob_hash, embedding, usage_count, success_count, failure_count, reward_sum, \
-             reward_count, created_at, last_used_at FROM tools ORDER BY name",
+             reward_count, created_at, last_used_at, id FROM tools ORDER BY name",
         )?;
+        let mut failures_of = tx.prepare("SELECT kind, count FROM failures WHERE tool = ?1 ORDER BY kind")?;
         for row in stmt.query_map([], |r| {
             let manifest: String = r.get(0)?;
             let embedding: Option<Vec<u8>> = r.get(2)?;
@@ -143,15 +148,20 @@ impl Registry {
                 },
                 r.get(8)?,
                 r.get(9)?,
+                r.get::<_, i64>(10)?,
             ))
         })? {
-            let (manifest, blob_hash, embedding, stats, created_at, last_used_at) = row?;
+            let (manifest, blob_hash, embedding, stats, created_at, last_used_at, id) = row?;
+            let failures = failures_of
+                .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<BTreeMap<String, i64>>>()?;
             let manifest = serde_json::from_str(&manifest).map_err(|e| RegistryError::Invalid(e.to_string()))?;
             emit(&Line::Tool {
                 manifest,
                 blob_hash,
                 embedding: embedding.map(|e| B64.encode(e)),
                 stats,
+                failures,
                 created_at,
                 last_used_at,
             })?;
@@ -219,7 +229,7 @@ impl Registry {
                     }
                     Record::Blob(bytes)
                 }
-                Line::Tool { manifest, blob_hash, embedding, stats, created_at, last_used_at } => {
+                Line::Tool { manifest, blob_hash, embedding, stats, failures, created_at, last_used_at } => {
                     let manifest =
                         Manifest::from_value(manifest).map_err(|e| fail(format!("invalid manifest: {e}")))?;
                     let embedding = match embedding {
@@ -235,7 +245,10 @@ impl Registry {
                     if !stats.reward_sum.is_finite() {
                         return Err(fail("reward_sum is not finite".into()));
                     }
-                    Record::Tool { manifest, blob_hash, embedding, stats, created_at, last_used_at }
+                    if failures.values().any(|&n| n < 0) {
+                        return Err(fail("a failure count is negative".into()));
+                    }
+                    Record::Tool { manifest, blob_hash, embedding, stats, failures, created_at, last_used_at }
                 }
                 Line::Candidate {
                     manifest,
@@ -278,7 +291,7 @@ impl Registry {
                     summary.blobs += 1;
                     continue;
                 }
-                Record::Tool { manifest: m, blob_hash, embedding, stats, created_at, last_used_at } => {
+                Record::Tool { manifest: m, blob_hash, embedding, stats, failures, created_at, last_used_at } => {
                     if let Some(h) = &blob_hash {
                         let present: Option<i64> =
                             tx.query_row("SELECT 1 FROM blobs WHERE hash = ?1", [h], |r| r.get(0)).optional()?;
@@ -305,6 +318,10 @@ impl Registry {
                         ],
                         |r| r.get(0),
                     )?;
+                    tx.execute("DELETE FROM failures WHERE tool = ?1", [id])?;
+                    for (kind, count) in &failures {
+                        tx.execute("INSERT INTO failures (tool, kind, count) VALUES (?1, ?2, ?3)", params![id, kind, count])?;
+                    }
                     ids.insert(m.name.as_str().to_string(), id);
                     summary.tools += 1;
                     continue;

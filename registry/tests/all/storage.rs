@@ -113,6 +113,7 @@ fn export_import_round_trip_is_exact_and_bad_imports_change_nothing() {
     r.register(tool("count_words", "Count how many words a text has."), false).expect("register");
     r.merge("word_count", "count_words").expect("merge");
     r.record_call("summarise", true, Some(0.7)).expect("call");
+    r.record_calls(&[toolsmith_registry::CallUsage::new("summarise", Some("timeout"))]).expect("failure");
     r.set_meta("seeded", "1").expect("meta");
     let mut first = Vec::new();
     r.export(&mut first).expect("export");
@@ -124,6 +125,7 @@ fn export_import_round_trip_is_exact_and_bad_imports_change_nothing() {
     let mut second = Vec::new();
     copy.export(&mut second).expect("export");
     assert_eq!(String::from_utf8_lossy(&first), String::from_utf8_lossy(&second));
+    assert_eq!(copy.tool_view("summarise").expect("view").stats.failures_by_kind.get("timeout"), Some(&1));
     // The imported registry searches like the original (embeddings travelled exactly).
     let q = SearchRequest::new(["how long is this essay in words"]).k(2);
     let a: Vec<String> = r.search(&q).expect("search").into_iter().map(|h| format!("{} {}", h.name, h.score)).collect();
