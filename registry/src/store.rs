@@ -1034,7 +1034,7 @@ fn merge_into(tx: &Transaction<'_>, keep: i64, gone: i64, gone_name: &str) -> Re
         "UPDATE tools SET usage_count = tools.usage_count + g.usage_count, success_count = tools.success_count + g.success_count, \
          failure_count = tools.failure_count + g.failure_count, reward_sum = tools.reward_sum + g.reward_sum, \
          reward_count = tools.reward_count + g.reward_count, \
-         last_used_at = max(coalesce(tools.last_used_at, 0), coalesce(g.last_used_at, 0)) \
+         last_used_at = nullif(max(coalesce(tools.last_used_at, 0), coalesce(g.last_used_at, 0)), 0) \
          FROM (SELECT * FROM tools WHERE id = ?2) AS g WHERE tools.id = ?1",
         params![keep, gone],
     )?;

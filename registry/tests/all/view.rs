@@ -63,6 +63,7 @@ fn merged_failures_add_up_and_aliases_become_nodes() {
     assert_eq!(view.aliases, ["csv_parse"]);
     assert_eq!(view.stats.failures_by_kind.get("trap"), Some(&2));
     assert_eq!(view.provenance.parents[0].as_str(), "csv_parse");
+    assert!(view.last_used_at.is_some(), "the merged tools' calls keep their time");
 
     let graph = r.graph_view().expect("graph");
     assert_eq!((graph.stats.tools, graph.stats.aliases, graph.stats.edges, graph.stats.calls), (2, 1, 1, 2));
@@ -72,6 +73,10 @@ fn merged_failures_add_up_and_aliases_become_nodes() {
         graph.edges.iter().map(|e| (e.src.as_str(), e.dst.as_str(), e.kind)).collect();
     assert_eq!(kinds, [("csv_to_json", "mean_of", EdgeKind::Plan), ("csv_parse", "csv_to_json", EdgeKind::Alias)]);
     assert!(matches!(r.tool_view("no_such_tool"), Err(toolsmith_registry::RegistryError::NotFound(_))));
+    r.register(tool("never_called", "Never called."), false).expect("register");
+    r.register(tool("never_called_either", "Never called either."), false).expect("register");
+    r.merge("never_called", "never_called_either").expect("merge");
+    assert_eq!(r.get("never_called").expect("merged").last_used_at, None, "a merge invents no last use");
 }
 
 #[test]
