@@ -89,7 +89,7 @@ fn build(path: &Path, n: usize, edges: usize) {
     let calls: Vec<CallUsage> = (0..n * 3)
         .map(|_| {
             let i = next() as usize % n;
-            let failure = (next() % 10 == 0).then_some("timeout");
+            let failure = next().is_multiple_of(10).then_some("timeout");
             CallUsage::new(format!("tool_{i:05}"), failure).with_reward(Some((next() % 2) as f64))
         })
         .collect();

@@ -34,7 +34,7 @@ fn registry(dir: &std::path::Path) -> Registry {
 }
 
 fn call(t: usize, i: usize) -> CallUsage {
-    let failure = (i % 10 == 0).then_some("timeout");
+    let failure = i.is_multiple_of(10).then_some("timeout");
     CallUsage::new(format!("tool_{}", (t * 31 + i) % TOOLS), failure).with_reward(Some(1.0))
 }
 

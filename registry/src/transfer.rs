@@ -320,7 +320,10 @@ impl Registry {
                     )?;
                     tx.execute("DELETE FROM failures WHERE tool = ?1", [id])?;
                     for (kind, count) in &failures {
-                        tx.execute("INSERT INTO failures (tool, kind, count) VALUES (?1, ?2, ?3)", params![id, kind, count])?;
+                        tx.execute(
+                            "INSERT INTO failures (tool, kind, count) VALUES (?1, ?2, ?3)",
+                            params![id, kind, count],
+                        )?;
                     }
                     ids.insert(m.name.as_str().to_string(), id);
                     summary.tools += 1;

@@ -101,7 +101,7 @@ static CSP: LazyLock<String> = LazyLock::new(|| {
     while let Some(start) = rest.find("<script>") {
         let body = &rest[start + "<script>".len()..];
         let Some(end) = body.find("</script>") else { break };
-        let digest = Sha256::digest(body[..end].as_bytes());
+        let digest = Sha256::digest(&body.as_bytes()[..end]);
         hashes.push(format!("'sha256-{}'", BASE64.encode(digest)));
         rest = &body[end..];
     }

@@ -89,8 +89,8 @@ fn the_usage_log_batches_and_agrees_with_a_count() {
         .map(|t| {
             let log = log.clone();
             std::thread::spawn(move || {
-                for i in 0..250 {
-                    let failure = (i % 10 == 0).then_some("tool_error");
+                for i in 0..250u32 {
+                    let failure = i.is_multiple_of(10).then_some("tool_error");
                     log.record(CallUsage::new("fetch_rows", failure).with_reward(Some(f64::from(t))));
                 }
             })
