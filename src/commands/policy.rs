@@ -97,6 +97,9 @@ pub fn run(cmd: PolicyCommand) -> Result<ExitCode> {
 }
 
 fn load(dir: &Path, device: &str, dtype: Option<&str>) -> Result<Policy> {
+    // A named policy (`smollm2-135m`) is found where setup put it.
+    let located = toolsmith_policy::locate(&dir.to_string_lossy())?;
+    let dir = located.as_path();
     let device = toolsmith_policy::parse_device(device)?;
     let precision = dtype.map(Precision::parse).transpose()?;
     let bar = super::tools::spinner(&format!("loading {}", dir.display()));

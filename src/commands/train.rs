@@ -55,7 +55,8 @@ pub struct RunArgs {
     /// A preset: tiny-world (the tiny policy on 24 small training worlds, held-out world 1000).
     #[arg(long)]
     pub preset: Option<String>,
-    /// The starting model: `tiny` (fresh) or a checkpoint directory (e.g. an SFT run's RUN/final).
+    /// The starting model: `tiny` (fresh), `smollm2-135m` (fetched by setup) or a checkpoint
+    /// directory (e.g. an SFT run's RUN/final).
     #[arg(long)]
     pub init: Option<String>,
     /// Seeds of the generated training worlds (comma-separated).

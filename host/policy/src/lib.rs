@@ -60,6 +60,47 @@ impl PolicyError {
     }
 }
 
+/// A pretrained policy known by name: `--init NAME` and `--policy NAME` find it where setup put
+/// it, or where its environment variable points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedPolicy {
+    /// The name users type.
+    pub name: &'static str,
+    /// Overrides the directory.
+    pub env: &'static str,
+    /// The directory under `.deps/` of this checkout.
+    pub dir: &'static str,
+    /// What fetches it.
+    pub fetch: &'static str,
+}
+
+/// The policies known by name (`tiny` is built, not fetched, and is not among them).
+pub const NAMED_POLICIES: &[NamedPolicy] = &[NamedPolicy {
+    name: "smollm2-135m",
+    env: "TOOLSMITH_SMOLLM2",
+    dir: "smollm2-135m-instruct",
+    fetch: "./scripts/setup.sh (or ./scripts/fetch-smollm2.sh)",
+}];
+
+/// The checkpoint directory `spec` names: a known name (see [`NAMED_POLICIES`]) or a path. A
+/// known name that was never fetched is an error that says how to fetch it.
+pub fn locate(spec: &str) -> Result<PathBuf, PolicyError> {
+    let Some(named) = NAMED_POLICIES.iter().find(|n| n.name == spec) else {
+        return Ok(PathBuf::from(spec));
+    };
+    let dir = match std::env::var_os(named.env) {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps").join(named.dir),
+    };
+    if !dir.join("config.json").is_file() {
+        return Err(PolicyError::checkpoint(
+            &dir,
+            format!("the {} policy is not here: run {} or set {}", named.name, named.fetch, named.env),
+        ));
+    }
+    Ok(dir)
+}
+
 /// Sets the number of CPU threads libtorch uses for intra-op parallelism.
 pub fn set_threads(threads: usize) {
     tch::set_num_threads(i32::try_from(threads.max(1)).unwrap_or(i32::MAX));

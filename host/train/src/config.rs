@@ -17,7 +17,8 @@ use crate::optim::AdamWConfig;
 pub struct SftConfig {
     /// What to train on. By default the traces of generated worlds ([`WorldsData::default`]).
     pub data: DataConfig,
-    /// The model to start from: `tiny` (a fresh tiny model) or a checkpoint directory. By default
+    /// The model to start from: `tiny` (a fresh tiny model), `smollm2-135m` (fetched by setup) or
+    /// a checkpoint directory. By default
     /// `tiny`.
     pub init: String,
     /// The tiny model's context length (`max_position_embeddings`) when `init` is `tiny`. By

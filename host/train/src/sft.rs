@@ -42,7 +42,7 @@ pub fn load_options_for(device: &str, precision: &str) -> Result<LoadOptions, Tr
 /// The starting policy: a fresh tiny model (with the configured context) or a checkpoint.
 pub fn init_policy(config: &SftConfig, options: LoadOptions) -> Result<Policy, TrainError> {
     if config.init != "tiny" {
-        return Ok(Policy::load(Path::new(&config.init), options)?);
+        return Ok(Policy::load(&toolsmith_policy::locate(&config.init)?, options)?);
     }
     let mut tiny: serde_json::Value = serde_json::from_str(toolsmith_policy::TINY_CONFIG)
         .map_err(|e| TrainError::Config(format!("tiny config: {e}")))?;

@@ -83,6 +83,13 @@ fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_chec
     // Every rollout's calls were counted, whatever its reward (three groups learned from).
     let search = inspect.get("search").expect("search node");
     assert_eq!(search.stats.usage_count as usize, searches(&mixed) + 2 * searches(&episodes));
+    // A reward counts once per episode that used the tool, not once per call.
+    let using = |e: &[Trajectory]| e.iter().filter(|e| e.calls().any(|c| c.name == "search")).count();
+    assert_eq!(search.stats.reward_count as usize, using(&mixed) + 2 * using(&episodes));
+    assert!(
+        searches(&mixed) + 2 * searches(&episodes) > using(&mixed) + 2 * using(&episodes),
+        "some episode searched twice"
+    );
     drop(inspect);
 
     // Installed: the next rollouts can call it like any tool, and retrieval finds it.

@@ -78,7 +78,7 @@ impl RlTrainer {
         let initial = if config.init == "tiny" {
             Policy::tiny(config.seed, options)?
         } else {
-            Policy::load(Path::new(&config.init), options)?
+            Policy::load(&toolsmith_policy::locate(&config.init)?, options)?
         };
         // The KL anchor is the starting policy, frozen, whatever iteration a run resumes at.
         // MTR's ToolActor is the starting policy too (what the tools say does not drift with the
