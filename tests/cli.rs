@@ -421,3 +421,24 @@ fn eval_run_and_the_graph_learning_from_trajectories() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("bad.jsonl:2"), "{stderr}");
 }
+
+/// `smollm2-135m` names the pretrained policy setup fetched; a missing one says how to get it.
+#[test]
+fn the_pretrained_policy_is_known_by_name() {
+    let info = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
+        .args(["policy", "info", "smollm2-135m", "--json"])
+        .output()
+        .expect("run toolsmith");
+    let info: Value = serde_json::from_str(&ok(&info)).expect("json");
+    assert_eq!(info["layers"], 30, "{info}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
+        .args(["eval", "--policy", "smollm2-135m", "--limit", "1"])
+        .env("TOOLSMITH_SMOLLM2", dir.path().join("nowhere"))
+        .env("TOOLSMITH_REGISTRY", dir.path().join("registry.db"))
+        .output()
+        .expect("run toolsmith");
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("smollm2-135m policy is not here") && stderr.contains("scripts/setup.sh"), "{stderr}");
+}
