@@ -2,6 +2,8 @@
 //! holds the generated files; a golden test fails when they drift (rewrite them with
 //! `TOOLSMITH_BLESS=1 cargo test -p toolsmith-contract`).
 
+use std::path::Path;
+
 use schemars::generate::SchemaSettings;
 use serde_json::Value;
 
@@ -34,4 +36,20 @@ pub fn tool_schema_for<T: schemars::JsonSchema>() -> Value {
         obj.insert("type".into(), Value::String("object".into()));
     }
     schema
+}
+
+/// What a golden test of a generated file does: with `TOOLSMITH_BLESS` set, writes `schema` to
+/// `path`; either way, fails (naming `bless`, the command that rewrites it) unless the file
+/// holds exactly `schema`, pretty-printed with a final newline.
+pub fn check_committed(path: &Path, schema: &Value, bless: &str) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(schema).map_err(|e| e.to_string())? + "\n";
+    if std::env::var_os("TOOLSMITH_BLESS").is_some() {
+        std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    if committed == text {
+        Ok(())
+    } else {
+        Err(format!("{} is out of date with the Rust types; run TOOLSMITH_BLESS=1 {bless}", path.display()))
+    }
 }

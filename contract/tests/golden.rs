@@ -6,20 +6,15 @@ use std::path::Path;
 #[test]
 fn schemas_match_the_rust_types() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas");
-    let bless = std::env::var_os("TOOLSMITH_BLESS").is_some();
     for (file, schema) in toolsmith_contract::schemas::all() {
-        let path = dir.join(file);
-        let generated = serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n";
-        if bless {
-            std::fs::write(&path, &generated).expect("write schema");
-            continue;
-        }
-        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            on_disk == generated,
-            "{} is out of date with the Rust types; run TOOLSMITH_BLESS=1 cargo test -p toolsmith-contract --test golden",
-            path.display()
+        let checked = toolsmith_contract::schemas::check_committed(
+            &dir.join(file),
+            &schema,
+            "cargo test -p toolsmith-contract --test golden",
         );
+        if let Err(e) = checked {
+            panic!("{e}");
+        }
     }
 }
 

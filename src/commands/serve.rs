@@ -179,6 +179,10 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
         if let Some(task) = http_task {
             task.await.context("the HTTP server task failed")??;
         }
+        // The last calls' usage statistics are committed before the process exits.
+        if let Err(e) = daemon.flush_usage() {
+            tracing::warn!("cannot record the last calls' usage: {e}");
+        }
         anyhow::Ok(())
     })?;
     if let Some(runner) = runner {
