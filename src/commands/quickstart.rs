@@ -194,6 +194,14 @@ fn registry_section(env: &Env) -> Result<()> {
         );
     }
     println!("  browse it: toolsmith tools list | show NAME | search TEXT --explain | graph --html graph.html");
+    // The graph page, as the offline file `tools graph --html` writes (the daemon serves it live).
+    let page = env.policy_dir().with_file_name("quickstart-graph.html");
+    let html = toolsmith_daemon::graph::static_page(&registry)?;
+    std::fs::write(&page, html).with_context(|| format!("cannot write {}", page.display()))?;
+    println!(
+        "  graph page: {} (offline copy; live at /graph under `toolsmith serve --http`)",
+        page.display()
+    );
     Ok(())
 }
 
