@@ -188,6 +188,11 @@ fn the_graph_api_counts_every_call_and_answers_bad_requests_clearly() {
     assert_eq!(get(&server, "/graph.json?job=7&step=3", &[]).status, 404);
     assert_eq!(get(&server, "/graph.json?job=7", &[]).status, 400);
     assert_eq!(get(&server, "/graph.json?job=7&step=two", &[]).status, 400);
+    // DNS rebinding: a page whose name points here is not answered.
+    let rebound = get(&server, "/graph.json", &["Host: attacker.example"]);
+    assert_eq!(rebound.status, 403, "{}", rebound.body);
+    assert_eq!(get(&server, "/status", &["Host: attacker.example:80"]).status, 403);
+    assert_eq!(get(&server, "/graph.json", &["Host: localhost"]).status, 200);
     // The server is still up after all of that.
     assert_eq!(get(&server, "/health", &[]).body.trim(), "ok");
 }
@@ -203,12 +208,24 @@ fn the_page_needs_the_token_and_a_browser_keeps_it_in_a_cookie() {
     }
     let page = get(&server, "/graph?token=s3cret", &[]);
     assert_eq!(page.status, 200);
+    let port = server.base.rsplit(':').next().expect("port");
+    let name = format!("toolsmith_token_{port}");
+    let hex: String = "s3cret".bytes().map(|b| format!("{b:02x}")).collect();
     let cookie = page.headers.lines().find(|l| l.to_ascii_lowercase().starts_with("set-cookie:")).expect("a cookie");
     assert!(
-        cookie.contains("toolsmith_token=s3cret") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict")
+        cookie.contains(&format!("{name}={hex}")) && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
     );
-    assert_eq!(get(&server, "/graph.json", &["Cookie: toolsmith_token=s3cret"]).status, 200);
-    assert_eq!(get(&server, "/graph.json", &["Cookie: toolsmith_token=nope"]).status, 401);
+    let with_cookie = format!("Cookie: {name}={hex}");
+    assert_eq!(get(&server, "/graph.json", &[&with_cookie]).status, 200);
+    assert_eq!(get(&server, "/graph.json", &[&format!("Cookie: {name}=6e6f7065")]).status, 401);
+    // The cookie is the graph page's only: the API and MCP still need the header.
+    assert_eq!(get(&server, "/status", &[&with_cookie]).status, 401);
+    // Another port's cookie, or a cookie from before the token changed, does not get in; a fresh
+    // ?token= still does.
+    assert_eq!(get(&server, "/graph.json", &[&format!("Cookie: toolsmith_token_1={hex}")]).status, 401);
+    let stale = format!("Cookie: {name}=6f6c64");
+    assert_eq!(get(&server, "/graph?token=s3cret", &[&stale]).status, 200);
     assert_eq!(get(&server, "/graph.json", &["Authorization: Bearer s3cret"]).status, 200);
 }
 
@@ -372,4 +389,43 @@ fn the_page_renders_searches_updates_live_and_keeps_agent_text_as_text() {
         std::fs::write(copy, &png).expect("write the screenshot copy");
     }
     assert!(png.len() > 10_000, "a rendered page, not a blank one");
+}
+
+/// A page left open does not hold the server at shutdown, and the calls made just before are
+/// counted.
+#[test]
+fn an_open_page_does_not_hold_shutdown_and_the_last_calls_are_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = HttpServer::start_in(dir.path(), &[]);
+    let events = Command::new("curl")
+        .args(["-sS", "-N", "--max-time", "60", &format!("{}/graph/events", server.base)])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("curl events");
+    std::thread::sleep(Duration::from_millis(500));
+    let session = Session::open(&server);
+    for id in 1..=3 {
+        assert_eq!(session.call(id, "calculator", json!({"expression": "1+2"}))["isError"], false);
+    }
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let started = Instant::now();
+    let exit = loop {
+        if let Some(status) = server.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the server did not stop with a page open");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit:?}");
+    let streamed = events.wait_with_output().expect("events");
+    assert!(String::from_utf8_lossy(&streamed.stdout).contains("event: graph"), "the stream opened with the state");
+    let shown = ok(&toolsmith()
+        .arg("--registry")
+        .arg(dir.path().join("registry.db"))
+        .args(["tools", "show", "calculator", "--json"])
+        .output()
+        .expect("tools show"));
+    let shown: Value = serde_json::from_str(&shown).expect("json");
+    assert_eq!(shown["tool"]["stats"]["usage_count"], 3, "{shown}");
 }

@@ -2,7 +2,8 @@
 //! edges, and one tool in full (schemas, code, provenance, failures by kind).
 //!
 //! The queries take a bare [`Connection`], so they read the live registry and, through
-//! [`Snapshot`], a read-only copy that training kept at a checkpoint (older schema versions too).
+//! [`Snapshot`], a read-only copy that training kept at a checkpoint (schema version 2 and later:
+//! one without failures by kind shows none).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -182,6 +183,12 @@ impl Snapshot {
             });
         }
         let version = db::user_version(&conn).map_err(|e| db::classify(path, e))?;
+        if version < 2 {
+            return Err(RegistryError::Invalid(format!(
+                "{}: registry schema version {version} is too old to show; open it with `toolsmith tools` once to upgrade",
+                path.display()
+            )));
+        }
         if version > db::SCHEMA_VERSION {
             return Err(RegistryError::TooNew {
                 path: path.to_path_buf(),

@@ -380,7 +380,10 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
         bar.inc(1);
     }));
     bar.finish_and_clear();
-    record_usage(env, registry.as_ref(), report.results.iter().map(|r| (&r.trajectory, Some(r.em))))?;
+    // The evaluation stands even when its calls cannot be counted (a registry locked or too new).
+    if let Err(e) = record_usage(env, registry.as_ref(), report.results.iter().map(|r| (&r.trajectory, Some(r.em)))) {
+        tracing::warn!("the calls were not counted in the tool graph: {e:#}");
+    }
     if let (Some(run), Some(registry)) = (&args.record, &registry) {
         let mut r = toolsmith_contract::sync::lock(registry);
         let mut candidates = 0;
@@ -426,7 +429,9 @@ pub fn run(env: &Env, args: RunArgs) -> Result<ExitCode> {
         .iter()
         .find(|t| t.question == args.question)
         .map(|task| exact_match(trajectory.answer.as_deref().unwrap_or_default(), &task.golden_answers));
-    record_usage(env, registry.as_ref(), std::iter::once((&trajectory, reward)))?;
+    if let Err(e) = record_usage(env, registry.as_ref(), std::iter::once((&trajectory, reward))) {
+        tracing::warn!("the calls were not counted in the tool graph: {e:#}");
+    }
     if args.json {
         super::print_json(&trajectory)?;
     } else {

@@ -198,10 +198,7 @@ fn registry_section(env: &Env) -> Result<()> {
     let page = env.policy_dir().with_file_name("quickstart-graph.html");
     let html = toolsmith_daemon::graph::static_page(&registry)?;
     std::fs::write(&page, html).with_context(|| format!("cannot write {}", page.display()))?;
-    println!(
-        "  graph page: {} (offline copy; live at /graph under `toolsmith serve --http`)",
-        page.display()
-    );
+    println!("  graph page: {} (offline copy; live at /graph under `toolsmith serve --http`)", page.display());
     Ok(())
 }
 

@@ -170,10 +170,11 @@ fn wants_html(headers: &HeaderMap) -> bool {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"))
 }
 
+/// Requests are checked before they reach the registry, so any error but an unknown tool is
+/// the server's.
 fn registry_status(e: &RegistryError) -> StatusCode {
     match e {
         RegistryError::NotFound(_) => StatusCode::NOT_FOUND,
-        RegistryError::Invalid(_) => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -327,11 +328,13 @@ async fn tool(
 
 async fn events(State(daemon): State<Daemon>) -> Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>> {
     let receiver = daemon.graph_events();
+    // The state now comes first, so a change between the page's first load and this stream's
+    // start is not missed.
+    let now = daemon.graph_state().await.ok();
+    let event = |e: GraphEvent| Event::default().event("graph").json_data(e).unwrap_or_else(|_| Event::default());
     // Lagging behind only skips to the newest state, which is all the page needs.
-    let stream = BroadcastStream::new(receiver).filter_map(|event| {
-        let event = event.ok()?;
-        Some(Ok(Event::default().event("graph").json_data(event).unwrap_or_else(|_| Event::default().comment("?"))))
-    });
+    let later = BroadcastStream::new(receiver).filter_map(move |e| Some(Ok(event(e.ok()?))));
+    let stream = tokio_stream::iter(now.map(|e| Ok(event(e)))).chain(later);
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
@@ -385,10 +388,12 @@ pub fn static_page(registry: &Registry) -> Result<String, RegistryError> {
     let data = serde_json::to_string(&json!({ "graph": graph, "details": details }))
         .map_err(|e| RegistryError::Invalid(format!("cannot write the graph as JSON: {e}")))?;
     let filled = format!(r#"<script id="toolsmith-data" type="application/json">{}</script>"#, script_safe(&data));
-    if !PAGE.contains(DATA_SLOT) {
+    if !PAGE.contains(DATA_SLOT) || !PAGE.contains("<head>") {
         return Err(RegistryError::Invalid("the page has no data element".into()));
     }
-    Ok(PAGE.replacen(DATA_SLOT, &filled, 1))
+    // A file has no response headers: the same policy goes in a meta element.
+    let policy = format!(r#"<head>\n<meta http-equiv="Content-Security-Policy" content="{}">"#, CSP.as_str());
+    Ok(PAGE.replacen(DATA_SLOT, &filled, 1).replacen("<head>", &policy, 1))
 }
 
 /// JSON that cannot end the `<script>` element it sits in, or open a comment there.

@@ -99,6 +99,7 @@ impl HttpServer {
         hosts.extend(options.allowed_hosts.iter().cloned());
         let mut origins: Vec<String> = vec!["http://localhost:*".into(), "http://127.0.0.1:*".into()];
         origins.extend(options.allowed_origins.iter().cloned());
+        let allowed: Arc<Vec<String>> = Arc::new(hosts.iter().map(|h| h.to_ascii_lowercase()).collect());
         let config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(hosts)
             .with_allowed_origins(origins)
@@ -122,7 +123,8 @@ impl HttpServer {
             .with_state(daemon.clone())
             .merge(super::graph::routes(daemon.clone()))
             .merge(options.extra_routes.unwrap_or_default())
-            .route_layer(axum::middleware::from_fn_with_state(token, require_token));
+            .route_layer(axum::middleware::from_fn_with_state((token, local.port()), require_token))
+            .route_layer(axum::middleware::from_fn_with_state(allowed, check_host));
         let router = Router::new()
             .route("/health", get(|| async { "ok" }))
             .merge(protected)
@@ -184,33 +186,55 @@ async fn check_json_rpc(limit: usize, request: Request, next: Next) -> Response 
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
 
-/// The cookie a browser keeps the token in, once it opened a page with `?token=`.
-const TOKEN_COOKIE: &str = "toolsmith_token";
+/// The cookie a browser keeps the token in, once it opened a page with `?token=`: named by the
+/// port (cookies ignore ports, so servers on one host must not overwrite each other's), its value
+/// hex-encoded (a token may hold `;` or spaces), and accepted only by the graph page's own GET
+/// requests, which a browser cannot otherwise authenticate (an EventSource sends no headers).
+fn cookie_name(port: u16) -> String {
+    format!("toolsmith_token_{port}")
+}
 
-/// Where a request carried the token: a header (API clients), the cookie, or the query string
-/// (a browser opening the graph page the first time).
-fn presented_token(request: &Request) -> (Option<String>, bool) {
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// Every token the request carries, with whether it came from the query string: the header
+/// (API clients), the port's cookie and `?token=` on the graph page's GET requests.
+fn presented_tokens(request: &Request, port: u16) -> Vec<(Vec<u8>, bool)> {
     let headers = request.headers();
+    let mut found = Vec::new();
     if let Some(bearer) =
         headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
     {
-        return (Some(bearer.to_string()), false);
+        found.push((bearer.as_bytes().to_vec(), false));
     }
-    let cookie = headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(TOKEN_COOKIE)?.strip_prefix('=').map(str::to_string));
-    if cookie.is_some() {
-        return (cookie, false);
+    let path = request.uri().path();
+    if request.method() != axum::http::Method::GET
+        || !(path == "/graph" || path.starts_with("/graph.") || path.starts_with("/graph/"))
+    {
+        return found;
     }
-    let query = request.uri().query().unwrap_or("").split('&').find_map(|pair| {
-        let value = pair.strip_prefix("token=")?;
-        percent_decode(value)
-    });
-    let from_query = query.is_some();
-    (query, from_query)
+    let name = cookie_name(port);
+    for cookie in headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')) {
+        if let Some(value) = cookie.trim().strip_prefix(name.as_str()).and_then(|c| c.strip_prefix('='))
+            && let Some(token) = unhex(value)
+        {
+            found.push((token, false));
+        }
+    }
+    for pair in request.uri().query().unwrap_or("").split('&') {
+        if let Some(token) = pair.strip_prefix("token=").and_then(percent_decode) {
+            found.push((token.into_bytes(), true));
+        }
+    }
+    found
 }
 
 /// `%XX` and `+` decoding of a query value; `None` when malformed.
@@ -238,18 +262,18 @@ fn percent_decode(value: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-async fn require_token(State(token): State<Option<Arc<str>>>, request: Request, next: Next) -> Response {
+async fn require_token(State((token, port)): State<(Option<Arc<str>>, u16)>, request: Request, next: Next) -> Response {
     let Some(token) = token else {
         return next.run(request).await;
     };
-    let (presented, from_query) = presented_token(&request);
-    let presented = presented.unwrap_or_default();
-    if constant_time_eq(presented.as_bytes(), token.as_bytes()) {
+    // Any matching token admits the request (a stale cookie must not hide a fresh `?token=`).
+    let presented = presented_tokens(&request, port);
+    let matched: Vec<bool> = presented.iter().map(|(t, _)| constant_time_eq(t, token.as_bytes())).collect();
+    if matched.iter().any(|&m| m) {
+        let from_query = presented.iter().zip(&matched).any(|((_, query), &m)| *query && m);
         let mut response = next.run(request).await;
         if from_query {
-            // The page's own requests (and its event stream, which cannot set headers) then
-            // carry the token as a cookie that scripts cannot read.
-            let cookie = format!("{TOKEN_COOKIE}={presented}; Path=/; HttpOnly; SameSite=Strict");
+            let cookie = format!("{}={}; Path=/; HttpOnly; SameSite=Strict", cookie_name(port), hex(token.as_bytes()));
             if let Ok(value) = header::HeaderValue::from_str(&cookie) {
                 response.headers_mut().append(header::SET_COOKIE, value);
             }
@@ -259,6 +283,32 @@ async fn require_token(State(token): State<Option<Arc<str>>>, request: Request, 
         tracing::warn!(path = %request.uri().path(), "rejected a request without the bearer token");
         (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "a valid bearer token is required\n")
             .into_response()
+    }
+}
+
+/// Refuses a `Host` that is not one of the listening names (DNS rebinding: a web page whose
+/// name was pointed at this machine must not read the graph or the jobs). rmcp checks `/mcp` the
+/// same way; this covers every route.
+async fn check_host(State(allowed): State<Arc<Vec<String>>>, request: Request, next: Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
+    if let Some(host) = host
+        && !allowed.iter().any(|a| *a == host_name(host).to_ascii_lowercase())
+    {
+        tracing::warn!(host, "rejected a request for another host name");
+        return (StatusCode::FORBIDDEN, format!("this server does not answer for host {host}; see --allow-host\n"))
+            .into_response();
+    }
+    next.run(request).await
+}
+
+/// A `Host` value without its port: `127.0.0.1:8750` -> `127.0.0.1`, `[::1]:8750` -> `[::1]`.
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |end| &host[..=end]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
     }
 }
 
@@ -273,7 +323,24 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{constant_time_eq, percent_decode};
+    use super::{constant_time_eq, hex, host_name, percent_decode, unhex};
+
+    #[test]
+    fn host_names_lose_their_port() {
+        assert_eq!(host_name("127.0.0.1:8750"), "127.0.0.1");
+        assert_eq!(host_name("localhost"), "localhost");
+        assert_eq!(host_name("[::1]:8750"), "[::1]");
+        assert_eq!(host_name("evil.example:80"), "evil.example");
+        assert_eq!(host_name("weird:"), "weird:");
+    }
+
+    #[test]
+    fn cookie_values_round_trip() {
+        assert_eq!(hex(b"a; b"), "613b2062");
+        assert_eq!(unhex("613b2062").as_deref(), Some(&b"a; b"[..]));
+        assert_eq!(unhex("613"), None);
+        assert_eq!(unhex("zz"), None);
+    }
 
     #[test]
     fn query_values_decode() {

@@ -149,8 +149,9 @@ struct Shared {
     jobs: OnceLock<jobs::StatusSource>,
     /// Calls' usage statistics, written in batches off the calling thread.
     usage: UsageLog,
-    /// What the graph page hears (`/graph/events`).
-    events: tokio::sync::broadcast::Sender<graph::GraphEvent>,
+    /// What the graph page hears (`/graph/events`); taken at shutdown, which ends every stream
+    /// (an open page would otherwise hold the graceful shutdown forever).
+    events: Mutex<Option<tokio::sync::broadcast::Sender<graph::GraphEvent>>>,
     /// The registry's counters as last broadcast.
     seen: Mutex<Activity>,
 }
@@ -213,7 +214,7 @@ impl Daemon {
                 meta_tools,
                 jobs: OnceLock::new(),
                 usage,
-                events: tokio::sync::broadcast::channel(64).0,
+                events: Mutex::new(Some(tokio::sync::broadcast::channel(64).0)),
                 seen: Mutex::new(seen),
                 options,
             }),
@@ -373,6 +374,7 @@ impl Daemon {
         // The transport writes a reply after the handler returns it; give that a moment before
         // the sessions are torn down.
         tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(lock(&self.shared.events).take());
         self.shared.shutdown.cancel();
         left
     }
@@ -445,11 +447,18 @@ impl Daemon {
         match changed {
             Ok(Some(event)) => {
                 // No receiver (no page open) is fine.
-                let _ = self.shared.events.send(event);
+                if let Some(events) = lock(&self.shared.events).as_ref() {
+                    let _ = events.send(event);
+                }
             }
             Ok(None) => {}
             Err(e) => tracing::warn!("cannot read the registry's counters: {e}"),
         }
+    }
+
+    /// The graph's state now, as an event (the first one a page's stream gets).
+    pub(crate) async fn graph_state(&self) -> Result<graph::GraphEvent, RegistryError> {
+        self.with_registry(|r| Ok(graph::GraphEvent::new(r.activity()?, r.view_stats()?))).await
     }
 
     /// Commits the calls recorded so far (tests and shutdown).
@@ -458,7 +467,11 @@ impl Daemon {
     }
 
     pub(crate) fn graph_events(&self) -> tokio::sync::broadcast::Receiver<graph::GraphEvent> {
-        self.shared.events.subscribe()
+        match lock(&self.shared.events).as_ref() {
+            Some(events) => events.subscribe(),
+            // Shutting down: a stream that ends at once.
+            None => tokio::sync::broadcast::channel(1).1,
+        }
     }
 
     /// The tool graphs training jobs kept with their checkpoints.

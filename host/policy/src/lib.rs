@@ -85,7 +85,8 @@ pub const NAMED_POLICIES: &[NamedPolicy] = &[NamedPolicy {
 /// The checkpoint directory `spec` names: a known name (see [`NAMED_POLICIES`]) or a path. A
 /// known name that was never fetched is an error that says how to fetch it.
 pub fn locate(spec: &str) -> Result<PathBuf, PolicyError> {
-    let Some(named) = NAMED_POLICIES.iter().find(|n| n.name == spec) else {
+    // A directory of that name wins: a user's own checkpoint is never shadowed by a name.
+    let Some(named) = NAMED_POLICIES.iter().find(|n| n.name == spec && !Path::new(spec).exists()) else {
         return Ok(PathBuf::from(spec));
     };
     let dir = match std::env::var_os(named.env) {
