@@ -27,13 +27,21 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use toolsmith_policy::{FinishReason, LoadOptions, Policy};
 
-use toolsmith_agent::backend::{BackendError, GenerateOptions, LocalBackend, Message};
+use toolsmith_agent::backend::{BackendError, BatchConfig, BatchedBackend, GenerateOptions, LocalBackend, Message};
+
+/// Tokens a running batch decodes between admissions of new requests: small enough that a new
+/// request starts within a few tokens' time, large enough that pausing (feeding each sequence's
+/// last token again from the prefix cache) costs little.
+pub const JOIN_EVERY: usize = 8;
 
 /// The served policy: what the endpoints answer with, and what weight swaps (an update request,
 /// or the job runner after each checkpoint) replace. Cheap to clone; clones share the policy.
 #[derive(Clone, Debug)]
 pub struct Served {
     backend: LocalBackend,
+    /// The same policy behind continuous batching: concurrent non-streaming requests decode
+    /// together, a new one joining the running batch within [`JOIN_EVERY`] tokens.
+    batched: BatchedBackend,
     /// Held through a whole weight update, so two updates cannot swap in out of order.
     updating: std::sync::Arc<std::sync::Mutex<()>>,
 }
@@ -41,7 +49,9 @@ pub struct Served {
 impl Served {
     /// Serves `backend`'s policy.
     pub fn new(backend: LocalBackend) -> Served {
-        Served { backend, updating: Default::default() }
+        let config = BatchConfig { join_every: JOIN_EVERY, ..BatchConfig::default() };
+        let batched = BatchedBackend::new(backend.policy(), "served", config);
+        Served { backend, batched, updating: Default::default() }
     }
 
     /// The backend the endpoints generate with.
@@ -50,8 +60,9 @@ impl Served {
     }
 
     /// Loads the checkpoint in `dir` beside the served policy, then swaps it in and returns its
-    /// step. Blocking. Requests in flight hold the policy for their whole generation, so they
-    /// finish on the old weights; no request sees half-loaded ones. A checkpoint of another
+    /// step. Blocking. No request sees half-loaded weights: a streaming request holds the policy for
+    /// its whole generation and finishes on the old weights; a batched one continues on the new
+    /// weights from its next chunk (its reply names the step that finished it). A checkpoint of another
     /// tokenizer or architecture is refused and the old weights keep serving.
     pub fn swap(&self, dir: &std::path::Path) -> Result<u64, String> {
         let _one_at_a_time = toolsmith_contract::sync::lock(&self.updating);
@@ -319,10 +330,8 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
     let id = format!("chatcmpl-{}", now());
     let messages = request.messages;
     if !request.stream {
-        let backend = state.served.backend().clone();
-        let joined = tokio::task::spawn_blocking(move || backend.complete_stepped(&messages, &options, None)).await;
-        return match joined {
-            Ok(Ok((c, step))) => axum::Json(json!({
+        return match state.served.batched.complete_with_step(&messages, &options).await {
+            Ok((c, step)) => axum::Json(json!({
                 "id": id, "object": "chat.completion", "created": now(), "model": model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": c.text}, "finish_reason": c.finish_reason}],
                 "usage": {"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens,
@@ -330,8 +339,7 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
                 "toolsmith": {"step": step},
             }))
             .into_response(),
-            Ok(Err(e)) => error(status_of(&e), e.to_string()),
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            Err(e) => error(status_of(&e), e.to_string()),
         };
     }
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();

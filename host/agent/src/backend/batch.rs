@@ -9,19 +9,26 @@
 //! (the seed it would have alone; padding changes its logits only by rounding). The worker keeps
 //! each episode's keys and values between its turns, so a turn prefills only the observation and
 //! the new turn's header.
+//!
+//! With [`BatchConfig::join_every`] set (the daemon's endpoints), batching is continuous: the
+//! running batch pauses every `join_every` tokens, requests that arrived meanwhile join it, and
+//! finished ones leave, so a new request waits for a few tokens, not for the longest answer in
+//! flight. A paused sequence resumes from the prefix cache (its keys and values are kept, only the
+//! last token is fed again).
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use toolsmith_policy::{Policy, PrefixCache};
+use toolsmith_policy::{FinishReason, Generation, Policy, PrefixCache};
 
 use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message};
 
 struct Job {
     messages: Vec<Message>,
     options: GenerateOptions,
-    reply: tokio::sync::oneshot::Sender<Result<Completion, BackendError>>,
+    /// The completion and the step of the weights that finished it.
+    reply: tokio::sync::oneshot::Sender<Result<(Completion, u64), BackendError>>,
 }
 
 /// A local policy that decodes concurrent requests as batches.
@@ -41,13 +48,21 @@ pub struct BatchConfig {
     /// Bytes of keys and values kept between turns, so that an episode's next turn prefills
     /// only its new tokens (0: no prefix cache).
     pub prefix_cache_bytes: usize,
+    /// Continuous batching: the running batch admits new requests every this many tokens (0:
+    /// each batch decodes to its end first, which suits rollouts that start together).
+    pub join_every: usize,
 }
 
 impl Default for BatchConfig {
     fn default() -> Self {
         // A few milliseconds: far below one turn's decoding, long enough for requests that
         // arrive together (a group's first turns) to share a batch.
-        BatchConfig { max_batch: 64, window: Duration::from_millis(5), prefix_cache_bytes: super::PREFIX_CACHE_BYTES }
+        BatchConfig {
+            max_batch: 64,
+            window: Duration::from_millis(5),
+            prefix_cache_bytes: super::PREFIX_CACHE_BYTES,
+            join_every: 0,
+        }
     }
 }
 
@@ -58,10 +73,25 @@ impl BatchedBackend {
         let (queue, jobs) = channel();
         std::thread::Builder::new()
             .name("toolsmith-batch".into())
-            .spawn(move || worker(&policy, &jobs, config))
+            .spawn(move || {
+                if config.join_every == 0 { worker(&policy, &jobs, config) } else { continuous(&policy, &jobs, config) }
+            })
             .map(drop)
             .unwrap_or_else(|e| tracing::error!("cannot start the batching worker: {e}"));
         BatchedBackend { queue, label: label.into() }
+    }
+
+    /// A completion, with the step of the weights that finished it (a served policy is swapped
+    /// between chunks of continuous batching).
+    pub async fn complete_with_step(
+        &self,
+        messages: &[Message],
+        options: &GenerateOptions,
+    ) -> Result<(Completion, u64), BackendError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job { messages: messages.to_vec(), options: options.clone(), reply };
+        self.queue.send(job).map_err(|_| BackendError::Join("the batching worker has stopped".into()))?;
+        answer.await.map_err(|_| BackendError::Join("the batching worker dropped a request".into()))?
     }
 }
 
@@ -75,12 +105,7 @@ impl Backend for BatchedBackend {
         messages: &'a [Message],
         options: &'a GenerateOptions,
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
-        Box::pin(async move {
-            let (reply, answer) = tokio::sync::oneshot::channel();
-            let job = Job { messages: messages.to_vec(), options: options.clone(), reply };
-            self.queue.send(job).map_err(|_| BackendError::Join("the batching worker has stopped".into()))?;
-            answer.await.map_err(|_| BackendError::Join("the batching worker dropped a request".into()))?
-        })
+        Box::pin(async move { self.complete_with_step(messages, options).await.map(|(c, _)| c) })
     }
 }
 
@@ -144,10 +169,11 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
     let prompts: Vec<Vec<i64>> = ready.iter().map(|(_, p)| p.clone()).collect();
     let seeds: Vec<u64> = ready.iter().map(|(j, _)| j.options.seed).collect();
     let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
+    let step = policy.state().step;
     match policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, prefix) {
         Ok((generations, _)) => {
             for ((job, prompt), g) in ready.into_iter().zip(generations) {
-                let _ = job.reply.send(Ok(Completion::from_generation(g, prompt.len(), end_of_turn)));
+                let _ = job.reply.send(Ok((Completion::from_generation(g, prompt.len(), end_of_turn), step)));
             }
         }
         Err(e) => {
@@ -156,5 +182,163 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
                 let _ = job.reply.send(Err(BackendError::Join(format!("batched generation failed: {message}"))));
             }
         }
+    }
+}
+
+/// A request in the running batch of [`continuous`].
+struct Running {
+    job: Job,
+    prompt: Vec<i64>,
+    output: Vec<i64>,
+    logprobs: Vec<f64>,
+    /// New tokens it may have (its `max_tokens`, within the context).
+    budget: usize,
+    finish: Option<FinishReason>,
+}
+
+/// The first stop string in `text`, as a byte offset.
+fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops.iter().filter(|s| !s.is_empty()).filter_map(|s| text.find(s.as_str())).min()
+}
+
+/// Continuous batching: decodes the running requests `join_every` tokens at a time, admitting
+/// what arrived in between and answering what finished.
+fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig) {
+    let mut prefix = PrefixCache::new(config.prefix_cache_bytes);
+    let mut running: Vec<Running> = Vec::new();
+    loop {
+        let mut arrived = Vec::new();
+        if running.is_empty() {
+            match jobs.recv() {
+                Ok(job) => arrived.push(job),
+                Err(_) => return,
+            }
+            let deadline = Instant::now() + config.window;
+            while let Ok(job) = jobs.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                arrived.push(job);
+            }
+        }
+        while running.len() + arrived.len() < config.max_batch.max(1) {
+            match jobs.try_recv() {
+                Ok(job) => arrived.push(job),
+                Err(_) => break,
+            }
+        }
+        let policy = toolsmith_contract::sync::lock(policy);
+        let tokenizer = policy.tokenizer();
+        let template = match ChatTemplate::of(tokenizer) {
+            Ok(t) => t,
+            Err(e) => {
+                let message = e.to_string();
+                for job in arrived.into_iter().chain(running.drain(..).map(|r| r.job)) {
+                    let _ = job.reply.send(Err(BackendError::Template(message.clone())));
+                }
+                continue;
+            }
+        };
+        let context = policy.context_len();
+        for job in arrived {
+            match template.encode(tokenizer, &job.messages, true) {
+                Ok(e) if e.ids.len() >= context => {
+                    let _ = job.reply.send(Err(BackendError::ContextFull { prompt: e.ids.len(), context }));
+                }
+                Ok(e) => {
+                    let budget = job.options.max_tokens.min(context - e.ids.len());
+                    running.push(Running {
+                        job,
+                        prompt: e.ids,
+                        output: Vec::new(),
+                        logprobs: Vec::new(),
+                        budget,
+                        finish: (budget == 0).then_some(FinishReason::Length),
+                    });
+                }
+                Err(e) => {
+                    let _ = job.reply.send(Err(e));
+                }
+            }
+        }
+        // One chunk for each group of requests with the same settings (all but the seed).
+        let mut failed: Vec<Option<String>> = vec![None; running.len()];
+        let mut keys: Vec<GenerateOptions> = Vec::new();
+        for r in running.iter().filter(|r| r.finish.is_none()) {
+            let key = GenerateOptions { seed: 0, ..r.job.options.clone() };
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        for key in keys {
+            let group: Vec<usize> = (0..running.len())
+                .filter(|&i| {
+                    running[i].finish.is_none() && GenerateOptions { seed: 0, ..running[i].job.options.clone() } == key
+                })
+                .collect();
+            let left = group.iter().map(|&i| running[i].budget - running[i].output.len()).min().unwrap_or(1);
+            let mut params = key.sampling(left.min(config.join_every).max(1));
+            params.max_new_tokens = left.min(config.join_every).max(1);
+            let prompts: Vec<Vec<i64>> =
+                group.iter().map(|&i| running[i].prompt.iter().chain(&running[i].output).copied().collect()).collect();
+            // The first chunk samples with the request's own seed, as alone; later chunks with a
+            // seed moved on by the tokens already drawn.
+            let seeds: Vec<u64> = group
+                .iter()
+                .map(|&i| {
+                    let r = &running[i];
+                    r.job.options.seed.wrapping_add((r.output.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                })
+                .collect();
+            match policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, &mut prefix) {
+                Ok((generations, _)) => {
+                    for (&i, g) in group.iter().zip(generations) {
+                        let r = &mut running[i];
+                        r.output.extend(g.output_ids);
+                        r.logprobs.extend(g.logprobs);
+                        if g.finish_reason != FinishReason::Length {
+                            r.finish = Some(g.finish_reason);
+                        } else if r.output.len() >= r.budget {
+                            r.finish = Some(FinishReason::Length);
+                        }
+                    }
+                }
+                Err(e) => {
+                    for &i in &group {
+                        failed[i] = Some(format!("batched generation failed: {e}"));
+                    }
+                }
+            }
+        }
+        // Answer what finished: an end token, the budget, or a stop string (one may span chunks).
+        let step = policy.state().step;
+        let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
+        let mut still = Vec::with_capacity(running.len());
+        for (r, failure) in running.into_iter().zip(failed) {
+            if let Some(message) = failure {
+                let _ = r.job.reply.send(Err(BackendError::Join(message)));
+                continue;
+            }
+            let text = match tokenizer.decode(&r.output) {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = r.job.reply.send(Err(BackendError::Join(format!("cannot decode the output: {e}"))));
+                    continue;
+                }
+            };
+            let stop = first_stop(&text, &r.job.options.stop);
+            let finish = if stop.is_some() { Some(FinishReason::StopString) } else { r.finish };
+            let Some(finish_reason) = finish else {
+                still.push(r);
+                continue;
+            };
+            let mut text = text;
+            if let Some(at) = stop {
+                text.truncate(at);
+            }
+            let prompt_tokens = r.prompt.len();
+            let generation =
+                Generation { prompt_ids: r.prompt, output_ids: r.output, text, finish_reason, logprobs: r.logprobs };
+            let completion = Completion::from_generation(generation, prompt_tokens, end_of_turn);
+            let _ = r.job.reply.send(Ok((completion, step)));
+        }
+        running = still;
     }
 }
