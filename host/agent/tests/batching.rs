@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use toolsmith_agent::backend::{
-    Backend, BatchConfig, BatchedBackend, Completion, GenerateOptions, LocalBackend, Message,
+    Backend, BatchConfig, BatchedBackend, Completion, GenerateOptions, LocalBackend, Message, Prompt,
 };
 use toolsmith_policy::{LoadOptions, Policy};
 
@@ -71,6 +71,18 @@ async fn requests_join_a_running_batch_and_answer_as_alone() {
     let (got, _) = tokenwise.complete_with_step(&[Message::user(QUESTIONS[0])], &with_stop).await.expect("stop");
     assert_eq!(got.text, full.text[..cut], "stop {stop:?}");
     assert_eq!(got.finish_reason, "stop");
+
+    // Raw token ids (`/v1/completions`, an engine's rollouts) continue exactly like the chat turn
+    // they encode; ids outside the vocabulary are refused.
+    let (chat, _) = batched.complete_with_step(&[Message::user(QUESTIONS[2])], &options(2)).await.expect("chat");
+    let prompt = {
+        let policy = policy.lock().expect("policy");
+        toolsmith_agent::backend::local::prompt_ids(&policy, &[Message::user(QUESTIONS[2])]).expect("prompt ids")
+    };
+    let (raw, _, _) = batched.generate(Prompt::Ids(prompt.clone()), &options(2)).await.expect("ids");
+    assert_eq!((raw.prompt_ids, raw.output_ids), (prompt, ids(&chat)));
+    assert!(batched.generate(Prompt::Ids(vec![-1]), &options(0)).await.is_err());
+    assert!(batched.generate(Prompt::Ids(Vec::new()), &options(0)).await.is_err());
 
     // A prompt longer than the context is refused, and the worker goes on.
     let huge = "word ".repeat(50_000);

@@ -27,7 +27,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use toolsmith_policy::{FinishReason, LoadOptions, Policy};
 
-use toolsmith_agent::backend::{BackendError, BatchConfig, BatchedBackend, GenerateOptions, LocalBackend, Message};
+use toolsmith_agent::backend::{
+    BackendError, BatchConfig, BatchedBackend, GenerateOptions, LocalBackend, Message, Prompt as BatchPrompt,
+};
 
 /// Tokens a running batch decodes between admissions of new requests: small enough that a new
 /// request starts within a few tokens' time, large enough that pausing (feeding each sequence's
@@ -230,37 +232,16 @@ async fn completions(State(state): State<ChatState>, body: Bytes) -> Response {
     };
     let want_logprobs = matches!(request.logprobs, Some(Value::Bool(true) | Value::Number(_)));
     let model = request.model.unwrap_or(state.model.clone());
-    let backend = state.served.backend().clone();
-    let prompt = request.prompt;
-    let joined =
-        tokio::task::spawn_blocking(move || -> Result<(Vec<i64>, toolsmith_policy::Generation, u64), BackendError> {
-            let policy = backend.policy();
-            let policy = toolsmith_contract::sync::lock(&policy);
-            let ids = match prompt {
-                Prompt::Ids(ids) => ids,
-                Prompt::Text(text) => policy.tokenizer().encode(&text)?,
-            };
-            let vocab = policy.config().common().vocab_size;
-            if ids.is_empty() || ids.iter().any(|&id| id < 0 || id >= vocab) {
-                return Err(BackendError::Template(format!(
-                    "the prompt must be token ids in 0..{vocab}, at least one"
-                )));
-            }
-            let context = policy.context_len();
-            if ids.len() >= context {
-                return Err(BackendError::ContextFull { prompt: ids.len(), context });
-            }
-            let params = options.sampling(context - ids.len());
-            let (mut generations, _) = policy.generate(std::slice::from_ref(&ids), &params, None)?;
-            let generation = generations.pop().ok_or_else(|| BackendError::Join("no generation".into()))?;
-            Ok((ids, generation, policy.state().step))
-        })
-        .await;
-    let (prompt_ids, g, step) = match joined {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => return error(status_of(&e), e.to_string()),
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let prompt = match request.prompt {
+        Prompt::Text(text) => BatchPrompt::Text(text),
+        Prompt::Ids(ids) => BatchPrompt::Ids(ids),
     };
+    // Continuous batching: an engine's concurrent rollouts decode together.
+    let (g, step) = match state.served.batched.generate(prompt, &options).await {
+        Ok((g, _, step)) => (g, step),
+        Err(e) => return error(status_of(&e), e.to_string()),
+    };
+    let prompt_ids = g.prompt_ids.clone();
     let finish = if g.finish_reason == FinishReason::Length { "length" } else { "stop" };
     let mut choice = json!({"index": 0, "text": g.text, "finish_reason": finish});
     if request.return_token_ids {

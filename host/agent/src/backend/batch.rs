@@ -24,11 +24,25 @@ use toolsmith_policy::{FinishReason, Generation, Policy, PrefixCache};
 
 use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message};
 
+/// What a request asks the policy to continue.
+#[derive(Debug, Clone)]
+pub enum Prompt {
+    /// A conversation, through the chat template with the assistant's turn opened.
+    Chat(Vec<Message>),
+    /// Text as it is (no template, no special tokens).
+    Text(String),
+    /// Token ids as they are.
+    Ids(Vec<i64>),
+}
+
+/// A finished request: the generation, the template's end-of-turn token, and the step of the
+/// weights that finished it.
+type Finished = (Generation, Option<i64>, u64);
+
 struct Job {
-    messages: Vec<Message>,
+    prompt: Prompt,
     options: GenerateOptions,
-    /// The completion and the step of the weights that finished it.
-    reply: tokio::sync::oneshot::Sender<Result<(Completion, u64), BackendError>>,
+    reply: tokio::sync::oneshot::Sender<Result<Finished, BackendError>>,
 }
 
 /// A local policy that decodes concurrent requests as batches.
@@ -88,8 +102,20 @@ impl BatchedBackend {
         messages: &[Message],
         options: &GenerateOptions,
     ) -> Result<(Completion, u64), BackendError> {
+        let (g, end_of_turn, step) = self.generate(Prompt::Chat(messages.to_vec()), options).await?;
+        let prompt_tokens = g.prompt_ids.len();
+        Ok((Completion::from_generation(g, prompt_tokens, end_of_turn), step))
+    }
+
+    /// Continues any prompt (`/v1/completions`): the generation, the chat template's end-of-turn
+    /// token and the step of the weights that finished it.
+    pub async fn generate(
+        &self,
+        prompt: Prompt,
+        options: &GenerateOptions,
+    ) -> Result<(Generation, Option<i64>, u64), BackendError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = Job { messages: messages.to_vec(), options: options.clone(), reply };
+        let job = Job { prompt, options: options.clone(), reply };
         self.queue.send(job).map_err(|_| BackendError::Join("the batching worker has stopped".into()))?;
         answer.await.map_err(|_| BackendError::Join("the batching worker dropped a request".into()))?
     }
@@ -133,6 +159,21 @@ fn worker(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig) {
     }
 }
 
+/// A request's prompt as token ids.
+fn encode(policy: &Policy, template: &ChatTemplate, prompt: &Prompt) -> Result<Vec<i64>, BackendError> {
+    let tokenizer = policy.tokenizer();
+    let ids = match prompt {
+        Prompt::Chat(messages) => template.encode(tokenizer, messages, true)?.ids,
+        Prompt::Text(text) => tokenizer.encode(text)?,
+        Prompt::Ids(ids) => ids.clone(),
+    };
+    let vocab = policy.config().common().vocab_size;
+    if ids.is_empty() || ids.iter().any(|&id| id < 0 || id >= vocab) {
+        return Err(BackendError::Template(format!("the prompt must be token ids in 0..{vocab}, at least one")));
+    }
+    Ok(ids)
+}
+
 /// Decodes one batch of requests with the same settings and answers each.
 fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
     let tokenizer = policy.tokenizer();
@@ -150,11 +191,11 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
     // Each request's prompt; a request that cannot be encoded or does not fit is answered now.
     let mut ready: Vec<(Job, Vec<i64>)> = Vec::with_capacity(jobs.len());
     for job in jobs {
-        match template.encode(tokenizer, &job.messages, true) {
-            Ok(e) if e.ids.len() >= context => {
-                let _ = job.reply.send(Err(BackendError::ContextFull { prompt: e.ids.len(), context }));
+        match encode(policy, &template, &job.prompt) {
+            Ok(ids) if ids.len() >= context => {
+                let _ = job.reply.send(Err(BackendError::ContextFull { prompt: ids.len(), context }));
             }
-            Ok(e) => ready.push((job, e.ids)),
+            Ok(ids) => ready.push((job, ids)),
             Err(e) => {
                 let _ = job.reply.send(Err(e));
             }
@@ -172,8 +213,8 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
     let step = policy.state().step;
     match policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, prefix) {
         Ok((generations, _)) => {
-            for ((job, prompt), g) in ready.into_iter().zip(generations) {
-                let _ = job.reply.send(Ok((Completion::from_generation(g, prompt.len(), end_of_turn), step)));
+            for ((job, _), g) in ready.into_iter().zip(generations) {
+                let _ = job.reply.send(Ok((g, end_of_turn, step)));
             }
         }
         Err(e) => {
@@ -238,15 +279,15 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig)
         };
         let context = policy.context_len();
         for job in arrived {
-            match template.encode(tokenizer, &job.messages, true) {
-                Ok(e) if e.ids.len() >= context => {
-                    let _ = job.reply.send(Err(BackendError::ContextFull { prompt: e.ids.len(), context }));
+            match encode(&policy, &template, &job.prompt) {
+                Ok(ids) if ids.len() >= context => {
+                    let _ = job.reply.send(Err(BackendError::ContextFull { prompt: ids.len(), context }));
                 }
-                Ok(e) => {
-                    let budget = job.options.max_tokens.min(context - e.ids.len());
+                Ok(ids) => {
+                    let budget = job.options.max_tokens.min(context - ids.len());
                     running.push(Running {
                         job,
-                        prompt: e.ids,
+                        prompt: ids,
                         output: Vec::new(),
                         logprobs: Vec::new(),
                         budget,
@@ -333,11 +374,9 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig)
             if let Some(at) = stop {
                 text.truncate(at);
             }
-            let prompt_tokens = r.prompt.len();
             let generation =
                 Generation { prompt_ids: r.prompt, output_ids: r.output, text, finish_reason, logprobs: r.logprobs };
-            let completion = Completion::from_generation(generation, prompt_tokens, end_of_turn);
-            let _ = r.job.reply.send(Ok((completion, step)));
+            let _ = r.job.reply.send(Ok((generation, end_of_turn, step)));
         }
         running = still;
     }

@@ -14,7 +14,7 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-pub use batch::{BatchConfig, BatchedBackend};
+pub use batch::{BatchConfig, BatchedBackend, Prompt};
 pub use chat::{ChatTemplate, Encoded, render_chat, render_prompt};
 pub use local::LocalBackend;
 pub use openai::OpenAiBackend;
