@@ -62,8 +62,10 @@ async fn requests_join_a_running_batch_and_answer_as_alone() {
     let long = GenerateOptions { max_tokens: 24, temperature: 0.0, ..GenerateOptions::default() };
     let full = alone.complete(&[Message::user(QUESTIONS[0])], &long).await.expect("alone");
     let chars: Vec<char> = full.text.chars().collect();
-    assert!(chars.len() > 12, "the tiny model writes something: {:?}", full.text);
-    let stop: String = chars[5..9].iter().collect();
+    assert!(chars.len() > 16, "the tiny model writes something: {:?}", full.text);
+    // Across a word boundary, so across two tokens: the end of one word and the next's start.
+    let space = chars.iter().enumerate().skip(1).find(|(_, c)| **c == ' ').map(|(i, _)| i).expect("two words");
+    let stop: String = chars[space - 2..space + 2].iter().collect();
     let cut = full.text.find(&stop).expect("the stop string occurs");
     let with_stop = GenerateOptions { stop: vec![stop.clone()], ..long.clone() };
     let config = BatchConfig { join_every: 1, ..BatchConfig::default() };
@@ -71,6 +73,33 @@ async fn requests_join_a_running_batch_and_answer_as_alone() {
     let (got, _) = tokenwise.complete_with_step(&[Message::user(QUESTIONS[0])], &with_stop).await.expect("stop");
     assert_eq!(got.text, full.text[..cut], "stop {stop:?}");
     assert_eq!(got.finish_reason, "stop");
+    // The ids end at the token that completed the stop string, as decoding alone does.
+    let alone_stopped = alone.complete(&[Message::user(QUESTIONS[0])], &with_stop).await.expect("alone");
+    assert_eq!(ids(&got), ids(&alone_stopped));
+    assert_eq!(got.tokens.as_ref().map(|t| t.logprobs.len()), Some(ids(&got).len()));
+    // With pauses every 3 tokens too.
+    let (paused, _) = batched.complete_with_step(&[Message::user(QUESTIONS[0])], &with_stop).await.expect("stop");
+    assert_eq!((paused.text.as_str(), ids(&paused)), (&full.text[..cut], ids(&alone_stopped)));
+
+    // Streamed, the pieces add up to the answer (cut at a stop string), none sent twice.
+    let stream = |options: GenerateOptions| {
+        let tokenwise = &tokenwise;
+        async move {
+            let (pieces, mut received) = tokio::sync::mpsc::unbounded_channel();
+            let (c, _) =
+                tokenwise.complete_streaming(&[Message::user(QUESTIONS[0])], &options, pieces).await.expect("streamed");
+            let mut all = Vec::new();
+            while let Ok(piece) = received.try_recv() {
+                all.push(piece);
+            }
+            (c.text, all)
+        }
+    };
+    let (text, pieces) = stream(long.clone()).await;
+    assert_eq!((text.as_str(), pieces.concat()), (full.text.as_str(), full.text.clone()));
+    assert!(pieces.len() > 1 && pieces.iter().all(|p| !p.is_empty()), "{pieces:?}");
+    let (text, pieces) = stream(with_stop.clone()).await;
+    assert_eq!((text.as_str(), pieces.concat()), (&full.text[..cut], full.text[..cut].to_string()));
 
     // Raw token ids (`/v1/completions`, an engine's rollouts) continue exactly like the chat turn
     // they encode; ids outside the vocabulary are refused.

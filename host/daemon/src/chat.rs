@@ -41,8 +41,8 @@ pub const JOIN_EVERY: usize = 8;
 #[derive(Clone, Debug)]
 pub struct Served {
     backend: LocalBackend,
-    /// The same policy behind continuous batching: concurrent non-streaming requests decode
-    /// together, a new one joining the running batch within [`JOIN_EVERY`] tokens.
+    /// The same policy behind continuous batching: concurrent requests decode together, a new
+    /// one joining the running batch within [`JOIN_EVERY`] tokens.
     batched: BatchedBackend,
     /// Held through a whole weight update, so two updates cannot swap in out of order.
     updating: std::sync::Arc<std::sync::Mutex<()>>,
@@ -62,9 +62,9 @@ impl Served {
     }
 
     /// Loads the checkpoint in `dir` beside the served policy, then swaps it in and returns its
-    /// step. Blocking. No request sees half-loaded weights: a streaming request holds the policy for
-    /// its whole generation and finishes on the old weights; a batched one continues on the new
-    /// weights from its next chunk (its reply names the step that finished it). A checkpoint of another
+    /// step. Blocking. No request sees half-loaded weights: the swap happens between two chunks of the
+    /// continuous batch, and a request in flight continues on the new weights (its reply names
+    /// the step that finished it). A checkpoint of another
     /// tokenizer or architecture is refused and the old weights keep serving.
     pub fn swap(&self, dir: &std::path::Path) -> Result<u64, String> {
         let _one_at_a_time = toolsmith_contract::sync::lock(&self.updating);
@@ -331,26 +331,33 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
         }
     };
-    let backend = state.served.backend().clone();
-    let on_panic = tx.clone();
-    let generation = tokio::task::spawn_blocking(move || {
+    // Streamed through the continuous batch too: the text arrives as it becomes final (every
+    // few tokens), and a streaming client never holds the policy from the others.
+    let batched = state.served.batched.clone();
+    tokio::spawn(async move {
         let _ = tx.send(chunk(json!({"role": "assistant", "content": ""}), Value::Null));
-        let mut on_text = |text: &str| {
-            // A closed channel means the client left; generation simply finishes unseen.
-            let _ = tx.send(chunk(json!({"content": text}), Value::Null));
+        let (pieces, mut text) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let generation = batched.complete_streaming(&messages, &options, pieces);
+        tokio::pin!(generation);
+        // A closed channel means the client left; generation simply finishes unseen.
+        let result = loop {
+            tokio::select! {
+                Some(piece) = text.recv() => {
+                    let _ = tx.send(chunk(json!({"content": piece}), Value::Null));
+                }
+                result = &mut generation => break result,
+            }
         };
-        match backend.complete_blocking(&messages, &options, Some(&mut on_text)) {
-            Ok(c) => {
+        while let Ok(piece) = text.try_recv() {
+            let _ = tx.send(chunk(json!({"content": piece}), Value::Null));
+        }
+        match result {
+            Ok((c, _)) => {
                 let _ = tx.send(chunk(json!({}), json!(c.finish_reason)));
             }
             Err(e) => {
                 let _ = tx.send(json!({"error": {"message": e.to_string()}}));
             }
-        }
-    });
-    tokio::spawn(async move {
-        if let Err(e) = generation.await {
-            let _ = on_panic.send(json!({"error": {"message": format!("generation failed: {e}")}}));
         }
     });
     let events = UnboundedReceiverStream::new(rx)

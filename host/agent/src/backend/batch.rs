@@ -39,8 +39,12 @@ pub enum Prompt {
 /// weights that finished it.
 type Finished = (Generation, Option<i64>, u64);
 
+/// Where a streaming request's text goes, piece by piece, as it becomes final.
+pub type TextStream = tokio::sync::mpsc::UnboundedSender<String>;
+
 struct Job {
     prompt: Prompt,
+    stream: Option<TextStream>,
     options: GenerateOptions,
     reply: tokio::sync::oneshot::Sender<Result<Finished, BackendError>>,
 }
@@ -114,8 +118,32 @@ impl BatchedBackend {
         prompt: Prompt,
         options: &GenerateOptions,
     ) -> Result<(Generation, Option<i64>, u64), BackendError> {
+        self.generate_streaming(prompt, options, None).await
+    }
+
+    /// [`BatchedBackend::complete_with_step`], sending the answer's text to `stream` as it
+    /// becomes final (after each pause of continuous batching; at the end otherwise).
+    pub async fn complete_streaming(
+        &self,
+        messages: &[Message],
+        options: &GenerateOptions,
+        stream: TextStream,
+    ) -> Result<(Completion, u64), BackendError> {
+        let (g, end_of_turn, step) =
+            self.generate_streaming(Prompt::Chat(messages.to_vec()), options, Some(stream)).await?;
+        let prompt_tokens = g.prompt_ids.len();
+        Ok((Completion::from_generation(g, prompt_tokens, end_of_turn), step))
+    }
+
+    /// [`BatchedBackend::generate`], optionally streaming the text.
+    pub async fn generate_streaming(
+        &self,
+        prompt: Prompt,
+        options: &GenerateOptions,
+        stream: Option<TextStream>,
+    ) -> Result<(Generation, Option<i64>, u64), BackendError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = Job { prompt, options: options.clone(), reply };
+        let job = Job { prompt, stream, options: options.clone(), reply };
         self.queue.send(job).map_err(|_| BackendError::Join("the batching worker has stopped".into()))?;
         answer.await.map_err(|_| BackendError::Join("the batching worker dropped a request".into()))?
     }
@@ -214,6 +242,11 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
     match policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, prefix) {
         Ok((generations, _)) => {
             for ((job, _), g) in ready.into_iter().zip(generations) {
+                if let Some(stream) = &job.stream
+                    && !g.text.is_empty()
+                {
+                    let _ = stream.send(g.text.clone());
+                }
                 let _ = job.reply.send(Ok((g, end_of_turn, step)));
             }
         }
@@ -235,11 +268,51 @@ struct Running {
     /// New tokens it may have (its `max_tokens`, within the context).
     budget: usize,
     finish: Option<FinishReason>,
+    /// Bytes of the text already streamed.
+    sent: usize,
+}
+
+/// How much of an unfinished answer's text is final: not a trailing partial character (decoded
+/// as U+FFFD until its last byte arrives) nor what could be the start of a stop string.
+fn streamable(text: &str, stops: &[String]) -> usize {
+    let whole = text.trim_end_matches('\u{FFFD}').len();
+    let hold = stops.iter().map(|s| s.len().saturating_sub(1)).max().unwrap_or(0);
+    let mut end = whole.saturating_sub(hold);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
+}
+
+/// What requests must share to decode in one chunk: everything but the seed and the budget.
+fn sampling_key(options: &GenerateOptions) -> GenerateOptions {
+    GenerateOptions { seed: 0, max_tokens: 0, ..options.clone() }
 }
 
 /// The first stop string in `text`, as a byte offset.
 fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
     stops.iter().filter(|s| !s.is_empty()).filter_map(|s| text.find(s.as_str())).min()
+}
+
+/// The output's text; once it holds a stop string, the output (ids and log-probs) ends at the
+/// token that completed it, as in one uninterrupted generation (a stop string that straddles a
+/// pause is only seen here, after the chunk ran on).
+fn decoded(tokenizer: &toolsmith_policy::Tokenizer, r: &mut Running) -> Result<String, String> {
+    let stops = &r.job.options.stop;
+    let text = tokenizer.decode(&r.output).map_err(|e| e.to_string())?;
+    if first_stop(&text, stops).is_none() {
+        return Ok(text);
+    }
+    // The shortest prefix that holds a stop string (longer ones all do): a binary search.
+    let (mut lo, mut hi) = (1, r.output.len());
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let prefix = tokenizer.decode(&r.output[..mid]).map_err(|e| e.to_string())?;
+        if first_stop(&prefix, stops).is_some() { hi = mid } else { lo = mid + 1 }
+    }
+    r.output.truncate(lo);
+    r.logprobs.truncate(lo);
+    tokenizer.decode(&r.output).map_err(|e| e.to_string())
 }
 
 /// Continuous batching: decodes the running requests `join_every` tokens at a time, admitting
@@ -292,6 +365,7 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig)
                         logprobs: Vec::new(),
                         budget,
                         finish: (budget == 0).then_some(FinishReason::Length),
+                        sent: 0,
                     });
                 }
                 Err(e) => {
@@ -299,20 +373,19 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig)
                 }
             }
         }
-        // One chunk for each group of requests with the same settings (all but the seed).
+        // One chunk for each group of requests with the same sampling settings (budgets and seeds
+        // are each request's own).
         let mut failed: Vec<Option<String>> = vec![None; running.len()];
         let mut keys: Vec<GenerateOptions> = Vec::new();
         for r in running.iter().filter(|r| r.finish.is_none()) {
-            let key = GenerateOptions { seed: 0, ..r.job.options.clone() };
+            let key = sampling_key(&r.job.options);
             if !keys.contains(&key) {
                 keys.push(key);
             }
         }
         for key in keys {
             let group: Vec<usize> = (0..running.len())
-                .filter(|&i| {
-                    running[i].finish.is_none() && GenerateOptions { seed: 0, ..running[i].job.options.clone() } == key
-                })
+                .filter(|&i| running[i].finish.is_none() && sampling_key(&running[i].job.options) == key)
                 .collect();
             let left = group.iter().map(|&i| running[i].budget - running[i].output.len()).min().unwrap_or(1);
             let mut params = key.sampling(left.min(config.join_every).max(1));
@@ -352,12 +425,12 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig)
         let step = policy.state().step;
         let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
         let mut still = Vec::with_capacity(running.len());
-        for (r, failure) in running.into_iter().zip(failed) {
+        for (mut r, failure) in running.into_iter().zip(failed) {
             if let Some(message) = failure {
                 let _ = r.job.reply.send(Err(BackendError::Join(message)));
                 continue;
             }
-            let text = match tokenizer.decode(&r.output) {
+            let text = match decoded(tokenizer, &mut r) {
                 Ok(t) => t,
                 Err(e) => {
                     let _ = r.job.reply.send(Err(BackendError::Join(format!("cannot decode the output: {e}"))));
@@ -366,6 +439,17 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig)
             };
             let stop = first_stop(&text, &r.job.options.stop);
             let finish = if stop.is_some() { Some(FinishReason::StopString) } else { r.finish };
+            if let Some(stream) = &r.job.stream {
+                let end = match (finish, stop) {
+                    (_, Some(at)) => at,
+                    (Some(_), None) => text.len(),
+                    (None, None) => streamable(&text, &r.job.options.stop),
+                };
+                if let Some(piece) = text.get(r.sent..end).filter(|p| !p.is_empty()) {
+                    let _ = stream.send(piece.to_string());
+                    r.sent = end;
+                }
+            }
             let Some(finish_reason) = finish else {
                 still.push(r);
                 continue;
