@@ -208,6 +208,18 @@ impl Policy {
         let model = self.model();
         let device = model.device();
         let b = batch as i64;
+        // Prompts that share a long beginning (an environment's system prompt and tool listing:
+        // every episode's first turn) that no cache entry holds yet: that beginning is prefilled
+        // once, as a sequence of its own, so that every row then takes it from the cache.
+        if let Some(cache) = prefix.as_deref_mut() {
+            cache.sync(self.weights_id());
+            let shared = shared_prefix(prompts);
+            let distinct = prompts.iter().any(|p| p != &prompts[0]);
+            if distinct && shared >= SHARED_PREFIX_MIN && cache.longest(&prompts[0][..shared]) < shared - 1 {
+                let once = SamplingParams { max_new_tokens: 1, temperature: 0.0, ..SamplingParams::default() };
+                self.generate_inner(&[prompts[0][..shared].to_vec()], &once, None, None, None, Some(cache))?;
+            }
+        }
         // Tokens each prompt takes from the prefix cache (its cached keys and values).
         let reuse: Vec<Option<(usize, usize)>> = match prefix.as_deref_mut() {
             Some(cache) => {
@@ -457,4 +469,13 @@ fn safe_prefix(text: &str, longest_stop: usize) -> usize {
     }
     let trimmed = text[..end].trim_end_matches('\u{FFFD}');
     trimmed.len()
+}
+
+/// Shared beginnings shorter than this are prefilled with each row (not worth a pass of their own).
+const SHARED_PREFIX_MIN: usize = 32;
+
+/// How many leading tokens every prompt has in common.
+fn shared_prefix(prompts: &[Vec<i64>]) -> usize {
+    let Some((first, rest)) = prompts.split_first() else { return 0 };
+    rest.iter().fold(first.len(), |n, p| first.iter().zip(p).take(n).take_while(|(a, b)| a == b).count())
 }

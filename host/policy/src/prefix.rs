@@ -103,6 +103,11 @@ impl PrefixCache {
         best
     }
 
+    /// The longest prefix of `prompt` some entry holds, without counting a lookup.
+    pub(crate) fn longest(&self, prompt: &[i64]) -> usize {
+        self.entries.iter().map(|e| e.ids.iter().zip(prompt).take_while(|(a, b)| a == b).count()).max().unwrap_or(0)
+    }
+
     pub(crate) fn layers(&self, entry: usize) -> &[(Tensor, Tensor)] {
         self.entries.get(entry).map_or(&[], |e| e.layers.as_slice())
     }

@@ -151,6 +151,35 @@ fn a_prefix_cache_prefills_only_new_tokens_and_changes_no_draw() {
 }
 
 #[test]
+fn a_shared_beginning_is_prefilled_once_for_the_whole_batch() {
+    // Four first turns of one environment: a long system prompt, then each its own question.
+    let policy = common::tiny(5);
+    let system = "<|im_start|>system\nYou answer questions with tools. Tools: search(query) finds articles; \
+                  calculator(expression) evaluates arithmetic; units(value, from, to) converts.<|im_end|>\n";
+    let questions = ["Where was Ada born?", "What is 17 * 23?", "How far is 3 miles in km?", "Who wrote it?"];
+    let prompts: Vec<Vec<i64>> = questions
+        .iter()
+        .map(|q| policy.tokenizer().encode(&format!("{system}<|im_start|>user\n{q}<|im_end|>\n")).expect("encode"))
+        .collect();
+    let shared = policy.tokenizer().encode(system).expect("encode").len();
+    assert!(shared >= 32, "the system prompt is long enough to share: {shared}");
+    let params = SamplingParams { max_new_tokens: 8, temperature: 1.0, ..SamplingParams::default() };
+    let seeds = [1, 2, 3, 4];
+    let mut cache = PrefixCache::new(64 << 20);
+    let (cached, _) = policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, &mut cache).expect("cached");
+    let (plain, _) = policy.generate_seeded(&prompts, &params, &seeds).expect("plain");
+    for (i, (a, b)) in cached.iter().zip(&plain).enumerate() {
+        assert_eq!(a.output_ids, b.output_ids, "row {i}");
+    }
+    // The beginning was computed once (one lookup for it, then every row reused it).
+    let stats = cache.stats();
+    assert_eq!(stats.hits, 4, "{stats:?}");
+    assert!(stats.reused_tokens >= 4 * (shared as u64 - 1), "{stats:?} shared {shared}");
+    // One entry per row: the shared one is superseded by the rows that extend it.
+    assert_eq!(cache.len(), 4);
+}
+
+#[test]
 fn seeded_sampling_is_reproducible_and_seeds_differ() {
     let policy = common::tiny(3);
     let prompt = prompts(&policy).remove(0);
