@@ -39,8 +39,8 @@ pub use store::{
 pub use transfer::ImportSummary;
 pub use usage::UsageLog;
 pub use view::{
-    Activity, EdgeKind, GRAPH_FORMAT, GraphSource, GraphView, NodeKind, Snapshot, ToolView, ViewEdge, ViewNode,
-    ViewStats, ViewToolStats,
+    Activity, EdgeKind, GRAPH_FORMAT, GraphSource, GraphView, NodeKind, Snapshot, ToolOrigin, ToolView, ViewEdge,
+    ViewNode, ViewStats, ViewToolStats,
 };
 
 /// What can go wrong with a registry.

@@ -130,6 +130,17 @@ pub struct ViewToolStats {
     pub reward_count: i64,
 }
 
+/// The episode whose tool was admitted (SEARL's registration step).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolOrigin {
+    pub run: String,
+    pub iteration: i64,
+    /// The task the episode solved.
+    pub task: String,
+    /// The episode's reward.
+    pub reward: f64,
+}
+
 /// One tool in full (`GET /graph/tools/{name}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolView {
@@ -142,6 +153,8 @@ pub struct ToolView {
     /// The source of a Python tool.
     pub code: Option<String>,
     pub provenance: Provenance,
+    /// The episode it came from, when training or a recorded evaluation admitted it.
+    pub origin: Option<ToolOrigin>,
     /// Names merged into this tool.
     pub aliases: Vec<String>,
     pub created_at: i64,
@@ -394,6 +407,14 @@ fn tool_view(conn: &Connection, name: &str) -> Result<ToolView, RegistryError> {
             failures_by_kind.insert(kind, count);
         }
     }
+    let origin = conn
+        .query_row(
+            "SELECT run, iteration, task, reward FROM candidates \
+             WHERE status = 'admitted' AND json_extract(manifest, '$.name') = ?1 ORDER BY id DESC LIMIT 1",
+            [manifest.name.as_str()],
+            |r| Ok(ToolOrigin { run: r.get(0)?, iteration: r.get(1)?, task: r.get(2)?, reward: r.get(3)? }),
+        )
+        .optional()?;
     let aliases = {
         let mut stmt = conn.prepare("SELECT alias FROM aliases WHERE canonical = ?1 ORDER BY alias")?;
         stmt.query_map([id], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?
@@ -414,6 +435,7 @@ fn tool_view(conn: &Connection, name: &str) -> Result<ToolView, RegistryError> {
         output_schema: manifest.output_schema.clone(),
         code,
         provenance: manifest.provenance.clone(),
+        origin,
         aliases,
         created_at,
         last_used_at,

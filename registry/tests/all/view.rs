@@ -80,6 +80,30 @@ fn merged_failures_add_up_and_aliases_become_nodes() {
 }
 
 #[test]
+fn an_admitted_tool_names_the_episode_it_came_from() {
+    let (_d, path) = temp();
+    let mut r = open(&path);
+    for (task, reward) in [("task-7", 0.4), ("task-9", 0.9)] {
+        r.add_candidate(&toolsmith_registry::Candidate {
+            run: "rl-1".into(),
+            iteration: 3,
+            task: task.into(),
+            trajectory: "{}".into(),
+            reward,
+            tool: tool("sum_integers", "Add a list of integers exactly."),
+        })
+        .expect("candidate");
+    }
+    r.register_best("rl-1", 3).expect("admit");
+    let view = r.tool_view("sum_integers").expect("view");
+    let origin = view.origin.expect("an origin");
+    assert_eq!((origin.run.as_str(), origin.iteration, origin.task.as_str()), ("rl-1", 3, "task-9"));
+    assert_eq!(origin.reward, 0.9);
+    r.register(tool("by_hand", "Registered by a person."), false).expect("register");
+    assert_eq!(r.tool_view("by_hand").expect("view").origin, None);
+}
+
+#[test]
 fn the_usage_log_batches_and_agrees_with_a_count() {
     let (dir, path) = temp();
     let mut r = open(&path);
