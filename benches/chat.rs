@@ -8,45 +8,15 @@
 //! `smollm2-135m`), `TOOLSMITH_BENCH_REQUESTS` (per client, default 4), `TOOLSMITH_BENCH_TOKENS`
 //! (per request, default 32).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::HttpServer;
+
 use serde_json::{Value, json};
-
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(policy: &str) -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
-        .arg("--registry")
-        .arg(dir.path().join("registry.db"))
-        .args(["serve", "--http", "127.0.0.1:0", "--policy", policy])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start toolsmith serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let base = loop {
-        let line = lines.next().expect("server exited before listening").expect("stderr");
-        if let Some(rest) = line.split("MCP on ").nth(1) {
-            break rest.split("/mcp").next().expect("url").to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, base, _dir: dir }
-}
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -115,7 +85,7 @@ fn main() {
     let policy = std::env::var("TOOLSMITH_BENCH_POLICY").unwrap_or_else(|_| "smollm2-135m".into());
     let requests = env_or("TOOLSMITH_BENCH_REQUESTS", 4);
     let tokens = env_or("TOOLSMITH_BENCH_TOKENS", 32);
-    let server = serve(&policy);
+    let server = HttpServer::start(&["--policy", &policy]);
     // Warm-up: the first request pays for lazy initialisation.
     ask(&server.base, "warm up", 4).expect("warm-up request");
     std::thread::sleep(Duration::from_millis(200));

@@ -5,48 +5,20 @@
 //!
 //! `cargo bench --bench graph`
 
-use std::io::{BufRead, BufReader};
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use common::HttpServer;
 
 use serde_json::{Value, json};
 use toolsmith_contract::Manifest;
 use toolsmith_registry::{CallUsage, NewTool, PlanStep, Registry};
 
 const ROUNDS: usize = 5;
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(registry: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
-        .arg("--registry")
-        .arg(registry)
-        .args(["serve", "--http", "127.0.0.1:0"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start toolsmith serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let base = loop {
-        let line = lines.next().expect("server exited before listening").expect("stderr");
-        if let Some(rest) = line.split("MCP on ").nth(1) {
-            break rest.split("/mcp").next().expect("url").to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, base }
-}
 
 /// A deterministic registry of `n` tools of every kind, `edges` plan edges, calls and aliases.
 fn build(path: &Path, n: usize, edges: usize) {
@@ -176,11 +148,11 @@ fn main() {
     let mut rows = Vec::new();
     for (n, edges) in [(200, 300), (10_000, 15_000)] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("registry.db");
+        let path = dir.path().join("registry.db"); // where HttpServer::start_in serves from
         let built = Instant::now();
         build(&path, n, edges);
         eprintln!("built {n} tools in {:.1} s", built.elapsed().as_secs_f64());
-        let server = serve(&path);
+        let server = HttpServer::start_in(dir.path(), &[]);
         let url = format!("{}/graph.json", server.base);
         fetch(&url); // warm the page cache and the connection path
         let json: Vec<(f64, usize)> = (0..ROUNDS).map(|_| fetch(&url)).collect();
