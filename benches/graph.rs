@@ -8,7 +8,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -90,16 +90,6 @@ fn fetch(url: &str) -> (f64, usize) {
     (seconds, bytes)
 }
 
-fn chromium() -> PathBuf {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .find_map(|name| {
-            let out = Command::new("which").arg(name).output().ok()?;
-            out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-        })
-        .expect("Chromium (./scripts/setup.sh installs Debian's)")
-}
-
 /// Seconds from navigation to the page's first drawing, in a fresh tab.
 fn page_load(browser: &headless_chrome::Browser, url: &str) -> (f64, usize) {
     let tab = browser.new_tab().expect("tab");
@@ -135,14 +125,7 @@ fn main() {
         println!("graph: bench");
         return;
     }
-    let options = headless_chrome::LaunchOptions::default_builder()
-        .path(Some(chromium()))
-        .sandbox(false)
-        .window_size(Some((1400, 900)))
-        .idle_browser_timeout(Duration::from_secs(600))
-        .build()
-        .expect("launch options");
-    let browser = headless_chrome::Browser::new(options).expect("start Chromium");
+    let browser = common::browser(Duration::from_secs(600));
     println!("| tools | edges | graph.json | bytes | page ready | nodes drawn |");
     println!("|---:|---:|---:|---:|---:|---:|");
     let mut rows = Vec::new();

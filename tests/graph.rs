@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -267,17 +267,6 @@ fn evaluations_count_their_calls_and_the_static_page_holds_the_graph() {
     assert!(data["details"]["calculator"]["input_schema"].is_object());
 }
 
-/// Chromium from the distribution (setup installs it); a clear failure when it is missing.
-fn chromium() -> PathBuf {
-    let found = ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|name| {
-        let out = Command::new("which").arg(name).output().ok()?;
-        out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    });
-    found.expect(
-        "headless Chromium is needed for the graph page's test: run ./scripts/setup.sh (installs Debian's chromium)",
-    )
-}
-
 /// Evaluates `js` in the page until it returns true (10 s at most).
 fn wait_until(tab: &headless_chrome::Tab, what: &str, js: &str) {
     let started = Instant::now();
@@ -304,14 +293,7 @@ fn the_page_renders_searches_updates_live_and_keeps_agent_text_as_text() {
     assert_eq!(session.call(1, "calculator", json!({"expression": "6*7"}))["isError"], false);
     wait_for_graph(&server, "a calculator call", |g| node(g, "calculator")["calls"] == 1);
 
-    let options = headless_chrome::LaunchOptions::default_builder()
-        .path(Some(chromium()))
-        .sandbox(false)
-        .window_size(Some((1400, 900)))
-        .idle_browser_timeout(Duration::from_secs(120))
-        .build()
-        .expect("launch options");
-    let browser = headless_chrome::Browser::new(options).expect("start Chromium");
+    let browser = common::browser(Duration::from_secs(120));
     let tab = browser.new_tab().expect("tab");
     // Any dialog (alert, confirm) is an injected script running: note it and dismiss it.
     tab.evaluate("0", false).expect("page context");

@@ -147,3 +147,22 @@ pub fn sse_message(body: &str, id: u64) -> Option<Value> {
         body.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).chain(std::iter::once(body.trim()));
     messages.filter_map(|m| serde_json::from_str::<Value>(m).ok()).find(|m| m["id"] == id)
 }
+
+/// Headless Chromium from the distribution (setup installs Debian's), 1400x900, with a clear
+/// failure when it is missing.
+pub fn browser(idle: std::time::Duration) -> headless_chrome::Browser {
+    let found = ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|name| {
+        let out = Command::new("which").arg(name).output().ok()?;
+        out.status.success().then(|| std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    });
+    let path = found
+        .expect("headless Chromium is needed for the graph page: run ./scripts/setup.sh (installs Debian's chromium)");
+    let options = headless_chrome::LaunchOptions::default_builder()
+        .path(Some(path))
+        .sandbox(false)
+        .window_size(Some((1400, 900)))
+        .idle_browser_timeout(idle)
+        .build()
+        .expect("launch options");
+    headless_chrome::Browser::new(options).expect("start Chromium")
+}
