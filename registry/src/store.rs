@@ -741,23 +741,8 @@ impl Registry {
     /// A tool with its aliases and neighbours.
     pub fn show(&self, name: &str) -> Result<ToolDetails, RegistryError> {
         let tool = self.get(name)?;
-        let mut stmt = self.conn.prepare("SELECT alias FROM aliases WHERE canonical = ?1 ORDER BY alias")?;
-        let aliases = stmt.query_map([tool.id], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
-        let neighbours = |sql: &str| -> Result<Vec<Neighbour>, RegistryError> {
-            let mut stmt = self.conn.prepare(sql)?;
-            let rows = stmt
-                .query_map([tool.id], |r| Ok(Neighbour { name: r.get(0)?, count: r.get(1)?, weight: r.get(2)? }))?
-                .collect::<rusqlite::Result<_>>()?;
-            Ok(rows)
-        };
-        let dependents = neighbours(
-            "SELECT t.name, e.count, e.weight FROM edges e JOIN tools t ON t.id = e.dst WHERE e.src = ?1 \
-             ORDER BY e.weight DESC, t.name",
-        )?;
-        let dependencies = neighbours(
-            "SELECT t.name, e.count, e.weight FROM edges e JOIN tools t ON t.id = e.src WHERE e.dst = ?1 \
-             ORDER BY e.weight DESC, t.name",
-        )?;
+        let aliases = aliases_of(&self.conn, tool.id)?;
+        let (dependencies, dependents) = neighbours(&self.conn, tool.id)?;
         Ok(ToolDetails { tool, aliases, dependents, dependencies })
     }
 
@@ -1060,6 +1045,33 @@ fn merge_into(tx: &Transaction<'_>, keep: i64, gone: i64, gone_name: &str) -> Re
     tx.execute("INSERT OR REPLACE INTO aliases (alias, canonical) VALUES (?1, ?2)", params![gone_name, keep])?;
     collect_blobs(tx)?;
     Ok(())
+}
+
+/// Names merged into tool `id`.
+pub(crate) fn aliases_of(conn: &Connection, id: i64) -> Result<Vec<String>, RegistryError> {
+    let mut stmt = conn.prepare("SELECT alias FROM aliases WHERE canonical = ?1 ORDER BY alias")?;
+    Ok(stmt.query_map([id], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Tool `id`'s edges: (in: the tools that feed it, out: the tools it feeds), heaviest first.
+pub(crate) fn neighbours(conn: &Connection, id: i64) -> Result<(Vec<Neighbour>, Vec<Neighbour>), RegistryError> {
+    let side = |sql: &str| -> Result<Vec<Neighbour>, RegistryError> {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt
+            .query_map([id], |r| Ok(Neighbour { name: r.get(0)?, count: r.get(1)?, weight: r.get(2)? }))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    };
+    Ok((
+        side(
+            "SELECT t.name, e.count, e.weight FROM edges e JOIN tools t ON t.id = e.src WHERE e.dst = ?1 \
+             ORDER BY e.weight DESC, t.name",
+        )?,
+        side(
+            "SELECT t.name, e.count, e.weight FROM edges e JOIN tools t ON t.id = e.dst WHERE e.src = ?1 \
+             ORDER BY e.weight DESC, t.name",
+        )?,
+    ))
 }
 
 /// The `kind` column back as a [`ToolKind`] (its `Display` form; unknown text reads as the default).

@@ -221,6 +221,11 @@ impl Snapshot {
     pub fn tool_view(&self, name: &str) -> Result<ToolView, RegistryError> {
         tool_view(&self.conn, name)
     }
+
+    /// The totals of [`Snapshot::graph_view`] without reading every row out.
+    pub fn view_stats(&self) -> Result<ViewStats, RegistryError> {
+        view_stats(&self.conn)
+    }
 }
 
 impl Registry {
@@ -236,12 +241,7 @@ impl Registry {
 
     /// The totals of [`Registry::graph_view`] without reading every row out.
     pub fn view_stats(&self) -> Result<ViewStats, RegistryError> {
-        Ok(self.conn.query_row(
-            "SELECT (SELECT count(*) FROM tools), (SELECT count(*) FROM aliases), (SELECT count(*) FROM edges), \
-             (SELECT coalesce(sum(usage_count), 0) FROM tools)",
-            [],
-            |r| Ok(ViewStats { tools: r.get(0)?, aliases: r.get(1)?, edges: r.get(2)?, calls: r.get(3)? }),
-        )?)
+        view_stats(&self.conn)
     }
 
     /// Counters that move when tools, calls or edges change (one read).
@@ -267,14 +267,13 @@ fn has_table(conn: &Connection, name: &str) -> Result<bool, RegistryError> {
         .is_some())
 }
 
-fn generation(conn: &Connection) -> Result<i64, RegistryError> {
-    if !has_table(conn, "counters")? {
-        return Ok(0);
-    }
-    Ok(conn
-        .query_row("SELECT value FROM counters WHERE name = 'generation'", [], |r| r.get(0))
-        .optional()?
-        .unwrap_or(0))
+fn view_stats(conn: &Connection) -> Result<ViewStats, RegistryError> {
+    Ok(conn.query_row(
+        "SELECT (SELECT count(*) FROM tools), (SELECT count(*) FROM aliases), (SELECT count(*) FROM edges), \
+         (SELECT coalesce(sum(usage_count), 0) FROM tools)",
+        [],
+        |r| Ok(ViewStats { tools: r.get(0)?, aliases: r.get(1)?, edges: r.get(2)?, calls: r.get(3)? }),
+    )?)
 }
 
 fn graph_view(conn: &Connection) -> Result<GraphView, RegistryError> {
@@ -362,7 +361,7 @@ fn graph_view(conn: &Connection) -> Result<GraphView, RegistryError> {
     edges.sort_by(|a, b| (a.kind as u8, &a.src, &a.dst).cmp(&(b.kind as u8, &b.src, &b.dst)));
     Ok(GraphView {
         format: GRAPH_FORMAT,
-        generation: generation(conn)?,
+        generation: crate::index::generation(conn)?,
         source: GraphSource::Live,
         stats: ViewStats { tools, aliases, edges: plan_edges, calls },
         nodes,
@@ -415,17 +414,8 @@ fn tool_view(conn: &Connection, name: &str) -> Result<ToolView, RegistryError> {
             |r| Ok(ToolOrigin { run: r.get(0)?, iteration: r.get(1)?, task: r.get(2)?, reward: r.get(3)? }),
         )
         .optional()?;
-    let aliases = {
-        let mut stmt = conn.prepare("SELECT alias FROM aliases WHERE canonical = ?1 ORDER BY alias")?;
-        stmt.query_map([id], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?
-    };
-    let neighbours = |sql: &str| -> Result<Vec<Neighbour>, RegistryError> {
-        let mut stmt = conn.prepare(sql)?;
-        let rows = stmt
-            .query_map([id], |r| Ok(Neighbour { name: r.get(0)?, count: r.get(1)?, weight: r.get(2)? }))?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
-    };
+    let aliases = crate::store::aliases_of(conn, id)?;
+    let (dependencies, dependents) = crate::store::neighbours(conn, id)?;
     Ok(ToolView {
         name: manifest.name.to_string(),
         kind: manifest.kind.into(),
@@ -447,14 +437,8 @@ fn tool_view(conn: &Connection, name: &str) -> Result<ToolView, RegistryError> {
             reward_mean: (reward_count > 0).then(|| reward_sum / reward_count as f64),
             reward_count,
         },
-        dependencies: neighbours(
-            "SELECT t.name, e.count, e.weight FROM edges e JOIN tools t ON t.id = e.src WHERE e.dst = ?1 \
-             ORDER BY e.weight DESC, t.name",
-        )?,
-        dependents: neighbours(
-            "SELECT t.name, e.count, e.weight FROM edges e JOIN tools t ON t.id = e.dst WHERE e.src = ?1 \
-             ORDER BY e.weight DESC, t.name",
-        )?,
+        dependencies,
+        dependents,
     })
 }
 

@@ -40,7 +40,7 @@ pub const JOIN_EVERY: usize = 8;
 /// or the job runner after each checkpoint) replace. Cheap to clone; clones share the policy.
 #[derive(Clone, Debug)]
 pub struct Served {
-    backend: LocalBackend,
+    policy: std::sync::Arc<std::sync::Mutex<Policy>>,
     /// The same policy behind continuous batching: concurrent requests decode together, a new
     /// one joining the running batch within [`JOIN_EVERY`] tokens.
     batched: BatchedBackend,
@@ -52,13 +52,9 @@ impl Served {
     /// Serves `backend`'s policy.
     pub fn new(backend: LocalBackend) -> Served {
         let config = BatchConfig { join_every: JOIN_EVERY, ..BatchConfig::default() };
-        let batched = BatchedBackend::new(backend.policy(), "served", config);
-        Served { backend, batched, updating: Default::default() }
-    }
-
-    /// The backend the endpoints generate with.
-    pub fn backend(&self) -> &LocalBackend {
-        &self.backend
+        let policy = backend.policy();
+        let batched = BatchedBackend::new(policy.clone(), "served", config);
+        Served { policy, batched, updating: Default::default() }
     }
 
     /// Loads the checkpoint in `dir` beside the served policy, then swaps it in and returns its
@@ -68,7 +64,7 @@ impl Served {
     /// tokenizer or architecture is refused and the old weights keep serving.
     pub fn swap(&self, dir: &std::path::Path) -> Result<u64, String> {
         let _one_at_a_time = toolsmith_contract::sync::lock(&self.updating);
-        let shared = self.backend.policy();
+        let shared = self.policy.clone();
         let (options, tokenizer, config) = {
             let current = toolsmith_contract::sync::lock(&shared);
             (

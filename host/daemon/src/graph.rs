@@ -344,7 +344,7 @@ async fn checkpoints(State(daemon): State<Daemon>) -> Response {
             .checkpoint_graphs()
             .into_iter()
             .map(|(mut c, path)| {
-                c.tools = Snapshot::open(&path).and_then(|s| s.graph_view()).map_or(0, |v| v.stats.tools);
+                c.tools = Snapshot::open(&path).and_then(|s| s.view_stats()).map_or(0, |v| v.tools);
                 c
             })
             .collect::<Vec<_>>()

@@ -39,19 +39,8 @@ impl LocalBackend {
         &self,
         messages: &[Message],
         options: &GenerateOptions,
-        on_text: Option<&mut dyn FnMut(&str)>,
-    ) -> Result<Completion, BackendError> {
-        self.complete_stepped(messages, options, on_text).map(|(c, _)| c)
-    }
-
-    /// [`LocalBackend::complete_blocking`], with the optimiser step of the weights that
-    /// answered (read under the same lock, so a weight swap cannot come in between).
-    pub fn complete_stepped(
-        &self,
-        messages: &[Message],
-        options: &GenerateOptions,
         mut on_text: Option<&mut dyn FnMut(&str)>,
-    ) -> Result<(Completion, u64), BackendError> {
+    ) -> Result<Completion, BackendError> {
         let policy = toolsmith_contract::sync::lock(&self.policy);
         let tokenizer = policy.tokenizer();
         let template = ChatTemplate::of(tokenizer)?;
@@ -74,8 +63,7 @@ impl LocalBackend {
         let (mut generations, _) =
             policy.generate_with_prefix(std::slice::from_ref(&prompt), &params, None, callback, &mut prefix)?;
         let generation = generations.pop().ok_or_else(|| BackendError::Join("no generation".into()))?;
-        let completion = Completion::from_generation(generation, prompt.len(), template.end_of_turn(tokenizer)?);
-        Ok((completion, policy.state().step))
+        Ok(Completion::from_generation(generation, prompt.len(), template.end_of_turn(tokenizer)?))
     }
 }
 
