@@ -89,6 +89,10 @@ pub struct RunArgs {
     /// Train only the top N decoder layers (embeddings, head and lower layers frozen).
     #[arg(long)]
     pub trainable_layers: Option<usize>,
+    /// Train LoRA adapters of this rank instead of the weights (the config's `lora` table sets
+    /// alpha, dropout and target modules; by default alpha 2 x rank on every linear layer).
+    #[arg(long, conflicts_with = "trainable_layers")]
+    pub lora_rank: Option<i64>,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,
@@ -143,6 +147,13 @@ macro_rules! apply_run_flags {
         }
         if run.trainable_layers.is_some() {
             $config.trainable_layers = run.trainable_layers;
+        }
+        if let Some(rank) = run.lora_rank {
+            let lora = $config.lora.get_or_insert_with(|| toolsmith_policy::LoraConfig {
+                alpha: 2.0 * rank as f64,
+                ..toolsmith_policy::LoraConfig::default()
+            });
+            lora.rank = rank;
         }
         held_out(&mut $config.eval, run.no_eval, run.eval_tasks);
     }};

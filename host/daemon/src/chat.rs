@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use toolsmith_policy::{FinishReason, LoadOptions, Policy};
+use toolsmith_policy::{AdapterFiles, FinishReason, LoadOptions, Policy};
 
 use toolsmith_agent::backend::{
     BackendError, BatchConfig, BatchedBackend, GenerateOptions, LocalBackend, Message, Prompt as BatchPrompt,
@@ -65,6 +65,23 @@ impl Served {
     pub fn swap(&self, dir: &std::path::Path) -> Result<u64, String> {
         let _one_at_a_time = toolsmith_contract::sync::lock(&self.updating);
         let shared = self.policy.clone();
+        // An adapter for the served base is swapped alone: a few MB instead of the whole model.
+        if toolsmith_policy::lora::has_adapter(dir) {
+            let files = AdapterFiles::read(dir).map_err(|e| e.to_string())?;
+            let step = checkpoint_step(dir);
+            let mut current = toolsmith_contract::sync::lock(&shared);
+            match current.apply_adapter(&files) {
+                Ok(()) => {
+                    let step = step.unwrap_or(current.state().step);
+                    current.state_mut().step = step;
+                    tracing::info!(dir = %dir.display(), step, "swapped in LoRA adapters");
+                    return Ok(step);
+                }
+                // A checkpoint with its own base loads whole below; a lone adapter cannot.
+                Err(e) if !dir.join("config.json").is_file() => return Err(e.to_string()),
+                Err(_) => {}
+            }
+        }
         let (options, tokenizer, config) = {
             let current = toolsmith_contract::sync::lock(&shared);
             (
@@ -85,6 +102,12 @@ impl Served {
         *toolsmith_contract::sync::lock(&shared) = fresh;
         Ok(step)
     }
+}
+
+/// The step a checkpoint's `toolsmith-state.json` records, if any.
+fn checkpoint_step(dir: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join(toolsmith_policy::checkpoint::STATE_FILE)).ok()?;
+    serde_json::from_str::<serde_json::Value>(&text).ok()?.get("step")?.as_u64()
 }
 
 #[derive(Clone, Debug)]

@@ -12,6 +12,7 @@ use tch::{Device, Kind, Tensor};
 use crate::PolicyError;
 use crate::config::ModelConfig;
 use crate::decoder::{Transformer, WeightInit};
+use crate::lora::Adapter;
 use crate::tokenizer::{Tokenizer, tiny_tokenizer_config};
 
 /// The tiny default configuration (Qwen2-style, about 4 M parameters).
@@ -51,6 +52,26 @@ impl Precision {
         }
     }
 
+    /// What `auto` means on `device`: bf16 where the hardware computes it natively (CUDA, or a
+    /// CPU with AVX512_BF16 or AMX; see [`cpu_has_bf16`]), f32 elsewhere. Training under bf16
+    /// keeps fp32 master weights and fp32 optimizer state.
+    pub fn auto(device: Device) -> Self {
+        match device {
+            Device::Cpu if !cpu_has_bf16() => Self::F32,
+            _ => Self::Bf16,
+        }
+    }
+
+    /// Refuses bf16 on a CPU that would emulate it (several times slower than f32 there).
+    pub fn check(self, device: Device) -> Result<(), PolicyError> {
+        if self == Self::Bf16 && device == Device::Cpu && !cpu_has_bf16() {
+            return Err(PolicyError::Device(
+                "bf16 was asked for, but this CPU has neither AVX512_BF16 nor AMX: use precision f32 (or auto)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The name `config.json` uses.
     pub fn hf_name(self) -> &'static str {
         match self {
@@ -61,13 +82,53 @@ impl Precision {
     }
 }
 
+/// Holds libtorch's global generator, seeded with `seed`, until dropped: two models initialised
+/// at once on different threads would interleave their draws, and neither would be the seed's.
+pub(crate) fn seeded(seed: u64) -> std::sync::MutexGuard<'static, ()> {
+    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = toolsmith_contract::sync::lock(&INIT);
+    tch::manual_seed(seed as i64);
+    guard
+}
+
+/// Whether this CPU computes bf16 natively (AVX512_BF16 or AMX-BF16). `TOOLSMITH_CPU_BF16=0`
+/// or `=1` overrides the detection, e.g. to compare precisions or to test the refusal.
+pub fn cpu_has_bf16() -> bool {
+    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DETECTED.get_or_init(|| match std::env::var("TOOLSMITH_CPU_BF16").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => detect_cpu_bf16(),
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_cpu_bf16() -> bool {
+    // AMX's feature names are not stable in `is_x86_feature_detected!`; the kernel lists them.
+    std::arch::is_x86_feature_detected!("avx512bf16")
+        || std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
+            info.lines().filter(|l| l.starts_with("flags")).any(|l| l.split_whitespace().any(|f| f == "amx_bf16"))
+        })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_cpu_bf16() -> bool {
+    false
+}
+
 /// Where and how to load a policy.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadOptions {
     pub device: Device,
-    /// `None`: float32 on the CPU (half precision is slow there), the checkpoint's own precision
-    /// on CUDA.
+    /// `None`: [`Precision::auto`] for the device.
     pub precision: Option<Precision>,
+}
+
+impl LoadOptions {
+    /// The precision these options load in.
+    pub fn precision(&self) -> Precision {
+        self.precision.unwrap_or_else(|| Precision::auto(self.device))
+    }
 }
 
 impl Default for LoadOptions {
@@ -118,16 +179,20 @@ impl PolicyState {
 /// A loaded policy: model weights, configuration, tokenizer and training state.
 #[derive(Debug)]
 pub struct Policy {
-    vs: VarStore,
-    model: Transformer,
+    pub(crate) vs: VarStore,
+    pub(crate) model: Transformer,
     config: ModelConfig,
     config_json: Value,
-    tokenizer: Tokenizer,
+    pub(crate) tokenizer: Tokenizer,
     tokenizer_json: Vec<u8>,
     tokenizer_config: Option<Value>,
     state: PolicyState,
     /// Changes whenever the weights may have changed (see [`Policy::weights_id`]).
     weights_id: u64,
+    /// LoRA adapters, in a var store of their own.
+    pub(crate) adapter: Option<Adapter>,
+    /// The directory the weights were loaded from.
+    pub(crate) source: Option<PathBuf>,
 }
 
 /// The decoder layer a weight belongs to (`model.layers.N.` names), if any.
@@ -172,7 +237,25 @@ impl Policy {
             tokenizer_config,
             state,
             weights_id: next_weights_id(),
+            adapter: None,
+            source: None,
         }
+    }
+
+    /// Records that the weights (or what the forward pass applies) changed.
+    pub(crate) fn touch(&mut self) {
+        self.weights_id = next_weights_id();
+    }
+
+    /// Every variable an optimiser may train (those that take gradients): the base's and the
+    /// adapters'.
+    pub fn trained_variables(&self) -> std::collections::BTreeMap<String, Tensor> {
+        let mut all: std::collections::BTreeMap<String, Tensor> = self.vs.variables().into_iter().collect();
+        if let Some(adapter) = &self.adapter {
+            all.extend(adapter.vs.variables());
+        }
+        all.retain(|_, v| v.requires_grad());
+        all
     }
 
     /// Trains only the top `layers` decoder layers and the final norm: the embeddings (and so a
@@ -181,6 +264,13 @@ impl Policy {
     /// weights alone. `None` trains every weight. Refused, before anything changes, when `layers`
     /// is 0 or more than the model has.
     pub fn set_trainable_layers(&mut self, layers: Option<usize>) -> Result<(), PolicyError> {
+        if self.adapter.is_some() {
+            // With adapters the base stays frozen whole.
+            return match layers {
+                None => Ok(()),
+                Some(_) => Err(PolicyError::Config("trainable_layers and LoRA adapters exclude each other".into())),
+            };
+        }
         let total = usize::try_from(self.model.spec().layers).unwrap_or(0);
         let lowest = match layers {
             None => None,
@@ -218,6 +308,8 @@ impl Policy {
         seed: u64,
         options: LoadOptions,
     ) -> Result<Self, PolicyError> {
+        let precision = options.precision();
+        precision.check(options.device)?;
         let config = ModelConfig::from_json(&config_json)?;
         let spec = config.spec()?;
         let tokenizer = Tokenizer::from_bytes(&tokenizer_json, tokenizer_config.as_ref())?;
@@ -228,15 +320,10 @@ impl Policy {
                 spec.vocab_size
             )));
         }
-        // libtorch's generator is global: two models initialised at once on different threads
-        // would interleave their draws, and neither would be the seed's model.
-        static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let guard = toolsmith_contract::sync::lock(&INIT);
-        tch::manual_seed(seed as i64);
+        let guard = seeded(seed);
         let mut vs = VarStore::new(options.device);
         let model = Transformer::new(&vs.root(), &spec, WeightInit::Random);
         drop(guard);
-        let precision = options.precision.unwrap_or(Precision::F32);
         vs.set_kind(precision.kind());
         let state = PolicyState::fresh(&config, &config_json, &tokenizer, precision, count_parameters(&vs));
         Ok(Self::assemble(vs, model, Files { config, config_json, tokenizer, tokenizer_json, tokenizer_config }, state))
@@ -250,6 +337,8 @@ impl Policy {
 
     /// Loads a checkpoint directory.
     pub fn load(dir: &Path, options: LoadOptions) -> Result<Self, PolicyError> {
+        let precision = options.precision();
+        precision.check(options.device)?;
         if !dir.is_dir() {
             return Err(PolicyError::checkpoint(dir, "not a directory"));
         }
@@ -274,11 +363,6 @@ impl Policy {
         } else {
             None
         };
-        let checkpoint_precision = config.common().dtype.as_deref().and_then(|d| Precision::parse(d).ok());
-        let precision = options.precision.unwrap_or(match options.device {
-            Device::Cpu => Precision::F32,
-            _ => checkpoint_precision.unwrap_or(Precision::F32),
-        });
         let mut vs = VarStore::new(options.device);
         let model = Transformer::new(&vs.root(), &spec, WeightInit::Zeros);
         vs.set_kind(precision.kind());
@@ -288,12 +372,30 @@ impl Policy {
             Some(state) => PolicyState { precision, parameters, ..state },
             None => PolicyState::fresh(&config, &config_json, &tokenizer, precision, parameters),
         };
-        Ok(Self::assemble(vs, model, Files { config, config_json, tokenizer, tokenizer_json, tokenizer_config }, state))
+        let mut policy = Self::assemble(
+            vs,
+            model,
+            Files { config, config_json, tokenizer, tokenizer_json, tokenizer_config },
+            state,
+        );
+        policy.source = Some(dir.canonicalize().unwrap_or_else(|_| dir.to_owned()));
+        if crate::lora::has_adapter(dir) {
+            policy.load_adapter(dir)?;
+        }
+        Ok(policy)
     }
 
-    /// Writes the checkpoint to `dir` (created if needed). Each file is written beside its final
-    /// name and renamed into place, so a crash never leaves a half-written file behind.
+    /// Writes the checkpoint to `dir` (created if needed): the base weights and, with LoRA, the
+    /// adapter beside them (which [`Policy::load`] attaches again). Each file is written beside
+    /// its final name and renamed into place, so a crash never leaves a half-written file behind.
     pub fn save(&self, dir: &Path) -> Result<(), PolicyError> {
+        self.save_weights(dir, &[])?;
+        self.save_adapter(dir)
+    }
+
+    /// [`Policy::save`] of the base with `replaced` variables written instead of the stored ones,
+    /// and without adapter files (stale ones from an earlier save are removed).
+    pub(crate) fn save_weights(&self, dir: &Path, replaced: &[(String, Tensor)]) -> Result<(), PolicyError> {
         std::fs::create_dir_all(dir).map_err(|e| PolicyError::io(dir, e))?;
         let mut config = self.config_json.clone();
         if let Some(obj) = config.as_object_mut() {
@@ -304,13 +406,26 @@ impl Policy {
         let weights = dir.join("model.safetensors");
         let partial = partial_path(&weights);
         let mut named: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        for (name, tensor) in &mut named {
+            if let Some((_, new)) = replaced.iter().find(|(n, _)| n == name) {
+                *tensor = new.shallow_clone();
+            }
+        }
         named.sort_by(|a, b| a.0.cmp(&b.0));
         Tensor::write_safetensors(&named, &partial).map_err(|e| PolicyError::checkpoint(&partial, e.to_string()))?;
         rename(&partial, &weights)?;
-        // A sharded index from an earlier save of a loaded model would now point at stale shards.
-        let index = dir.join("model.safetensors.index.json");
-        if index.exists() {
-            std::fs::remove_file(&index).map_err(|e| PolicyError::io(&index, e))?;
+        // A sharded index from an earlier save of a loaded model would now point at stale shards,
+        // and an adapter from an earlier save would be applied on top of these weights.
+        for stale in [
+            "model.safetensors.index.json",
+            crate::lora::ADAPTER_CONFIG,
+            crate::lora::ADAPTER_WEIGHTS,
+            crate::lora::ADAPTER_BASE,
+        ] {
+            let path = dir.join(stale);
+            if path.exists() {
+                std::fs::remove_file(&path).map_err(|e| PolicyError::io(&path, e))?;
+            }
         }
         write_bytes(&dir.join("tokenizer.json"), &self.tokenizer_json)?;
         if let Some(tc) = &self.tokenizer_config {
@@ -323,13 +438,20 @@ impl Policy {
         )
     }
 
-    /// A frozen copy of the weights (no gradients), e.g. the reference policy of a KL penalty.
+    /// A frozen copy of the weights (no gradients), e.g. the reference policy of a KL penalty;
+    /// adapters are folded into the copy's weights.
     pub fn reference(&self) -> Result<Self, PolicyError> {
         let spec = self.config.spec()?;
         let mut vs = VarStore::new(self.vs.device());
         let model = Transformer::new(&vs.root(), &spec, WeightInit::Zeros);
         vs.set_kind(self.model.kind());
         vs.copy(&self.vs)?;
+        let mut variables = vs.variables();
+        for (name, merged) in self.model.merged_weights() {
+            if let Some(var) = variables.get_mut(&name) {
+                tch::no_grad(|| var.f_copy_(&merged))?;
+            }
+        }
         vs.freeze();
         let files = Files {
             config: self.config.clone(),
@@ -360,7 +482,7 @@ impl Policy {
     /// The training state. Trainers record each optimiser step here, so taking it counts as a
     /// change of the weights (see [`Policy::weights_id`]).
     pub fn state_mut(&mut self) -> &mut PolicyState {
-        self.weights_id = next_weights_id();
+        self.touch();
         &mut self.state
     }
 
@@ -379,7 +501,7 @@ impl Policy {
     }
 
     pub fn var_store_mut(&mut self) -> &mut VarStore {
-        self.weights_id = next_weights_id();
+        self.touch();
         &mut self.vs
     }
 
@@ -455,13 +577,13 @@ fn load_weights(vs: &VarStore, dir: &Path, tied: bool) -> Result<(), PolicyError
     Ok(())
 }
 
-fn partial_path(path: &Path) -> PathBuf {
+pub(crate) fn partial_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".partial");
     path.with_file_name(name)
 }
 
-fn rename(from: &Path, to: &Path) -> Result<(), PolicyError> {
+pub(crate) fn rename(from: &Path, to: &Path) -> Result<(), PolicyError> {
     std::fs::rename(from, to).map_err(|e| PolicyError::io(to, e))
 }
 
@@ -471,7 +593,7 @@ fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), PolicyError> {
     rename(&partial, path)
 }
 
-fn write_json(path: &Path, value: &Value) -> Result<(), PolicyError> {
+pub(crate) fn write_json(path: &Path, value: &Value) -> Result<(), PolicyError> {
     let mut text = serde_json::to_string_pretty(value).map_err(|e| PolicyError::Config(e.to_string()))?;
     text.push('\n');
     write_bytes(path, text.as_bytes())

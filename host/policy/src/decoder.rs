@@ -2,7 +2,7 @@
 //! with rotary positions and a SwiGLU MLP, a final RMSNorm and the LM head. Variable names follow
 //! Hugging Face's (`model.layers.0.self_attn.q_proj.weight`, ...) so checkpoints load as they are.
 
-use tch::nn::{self, Init, Module};
+use tch::nn::{self, Init};
 use tch::{Device, Kind, Tensor};
 
 use crate::config::DecoderSpec;
@@ -36,9 +36,69 @@ impl RmsNorm {
     }
 }
 
-fn linear(path: nn::Path, input: i64, output: i64, bias: bool, init: Init) -> nn::Linear {
-    let config = nn::LinearConfig { ws_init: init, bs_init: bias.then_some(Init::Const(0.0)), bias };
-    nn::linear(path, input, output, config)
+/// The linear layers LoRA can adapt, by the names PEFT's `target_modules` use.
+pub const LORA_MODULES: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+
+/// A low-rank adapter of one linear layer: `y += scale * B(A(dropout(x)))`, with `A` `[rank, in]`
+/// and `B` `[out, rank]` (PEFT's layout and names).
+#[derive(Debug)]
+struct LoraPair {
+    a: Tensor,
+    b: Tensor,
+    scale: f64,
+}
+
+/// A linear layer whose weight may carry a LoRA adapter.
+#[derive(Debug)]
+struct Linear {
+    /// The variable's name without `.weight`, e.g. `model.layers.0.self_attn.q_proj`.
+    name: String,
+    weight: Tensor,
+    bias: Option<Tensor>,
+    lora: Option<LoraPair>,
+}
+
+/// What a forward pass applies besides the base weights.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    adapters: bool,
+    dropout: f64,
+}
+
+impl Linear {
+    fn new(path: nn::Path, input: i64, output: i64, bias: bool, init: Init) -> Self {
+        let name = path.components().collect::<Vec<_>>().join(".");
+        let weight = path.var("weight", &[output, input], init);
+        let bias = bias.then(|| path.var("bias", &[output], Init::Const(0.0)));
+        Self { name, weight, bias, lora: None }
+    }
+
+    fn forward(&self, x: &Tensor, pass: Pass) -> Tensor {
+        let y = x.linear(&self.weight, self.bias.as_ref());
+        match &self.lora {
+            Some(lora) if pass.adapters => {
+                let x = if pass.dropout > 0.0 { x.dropout(pass.dropout, true) } else { x.shallow_clone() };
+                y + x.linear::<&Tensor>(&lora.a, None).linear::<&Tensor>(&lora.b, None) * lora.scale
+            }
+            _ => y,
+        }
+    }
+
+    /// The weight with the adapter folded in (`W + scale * B A`), or the weight itself.
+    fn merged(&self) -> Tensor {
+        match &self.lora {
+            Some(lora) => tch::no_grad(|| {
+                let delta = lora.b.to_kind(Kind::Float).matmul(&lora.a.to_kind(Kind::Float)) * lora.scale;
+                (self.weight.to_kind(Kind::Float) + delta).to_kind(self.weight.kind())
+            }),
+            None => self.weight.shallow_clone(),
+        }
+    }
+}
+
+/// Whether autograd records the current computation (dropout applies only when training).
+fn grad_enabled() -> bool {
+    (Tensor::zeros([1], (Kind::Float, Device::Cpu)).set_requires_grad(true) * 1.0).requires_grad()
 }
 
 /// The attention mask for one forward pass.
@@ -117,10 +177,10 @@ impl KvCache {
 
 #[derive(Debug)]
 struct Attention {
-    q_proj: nn::Linear,
-    k_proj: nn::Linear,
-    v_proj: nn::Linear,
-    o_proj: nn::Linear,
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
@@ -137,10 +197,10 @@ impl Attention {
     fn new(path: nn::Path, spec: &DecoderSpec, init: Init) -> Self {
         let (h, q, kv) = (spec.hidden_size, spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim);
         Self {
-            q_proj: linear(&path / "q_proj", h, q, spec.qkv_bias, init),
-            k_proj: linear(&path / "k_proj", h, kv, spec.qkv_bias, init),
-            v_proj: linear(&path / "v_proj", h, kv, spec.qkv_bias, init),
-            o_proj: linear(&path / "o_proj", q, h, spec.o_bias, init),
+            q_proj: Linear::new(&path / "q_proj", h, q, spec.qkv_bias, init),
+            k_proj: Linear::new(&path / "k_proj", h, kv, spec.qkv_bias, init),
+            v_proj: Linear::new(&path / "v_proj", h, kv, spec.qkv_bias, init),
+            o_proj: Linear::new(&path / "o_proj", q, h, spec.o_bias, init),
             heads: spec.heads,
             kv_heads: spec.kv_heads,
             head_dim: spec.head_dim,
@@ -154,12 +214,13 @@ impl Attention {
         sin: &Tensor,
         mask: &AttentionMask,
         cache: Option<(&mut (Tensor, Tensor), i64)>,
+        pass: Pass,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
         let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
-        let q = split(self.q_proj.forward(x), self.heads);
-        let k = split(self.k_proj.forward(x), self.kv_heads);
-        let v = split(self.v_proj.forward(x), self.kv_heads);
+        let q = split(self.q_proj.forward(x, pass), self.heads);
+        let k = split(self.k_proj.forward(x, pass), self.kv_heads);
+        let v = split(self.v_proj.forward(x, pass), self.kv_heads);
         let q = &q * cos + rotate_half(&q) * sin;
         let k = &k * cos + rotate_half(&k) * sin;
         let (k, v) = match cache {
@@ -179,29 +240,29 @@ impl Attention {
                 Tensor::scaled_dot_product_attention(&q, &k, &v, Some(m), 0.0, false, None, gqa)
             }
         };
-        self.o_proj.forward(&y.transpose(1, 2).contiguous().view([b, t, self.heads * self.head_dim]))
+        self.o_proj.forward(&y.transpose(1, 2).contiguous().view([b, t, self.heads * self.head_dim]), pass)
     }
 }
 
 #[derive(Debug)]
 struct Mlp {
-    gate_proj: nn::Linear,
-    up_proj: nn::Linear,
-    down_proj: nn::Linear,
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
 }
 
 impl Mlp {
     fn new(path: nn::Path, spec: &DecoderSpec, init: Init) -> Self {
         let (h, i, bias) = (spec.hidden_size, spec.intermediate_size, spec.mlp_bias);
         Self {
-            gate_proj: linear(&path / "gate_proj", h, i, bias, init),
-            up_proj: linear(&path / "up_proj", h, i, bias, init),
-            down_proj: linear(&path / "down_proj", i, h, bias, init),
+            gate_proj: Linear::new(&path / "gate_proj", h, i, bias, init),
+            up_proj: Linear::new(&path / "up_proj", h, i, bias, init),
+            down_proj: Linear::new(&path / "down_proj", i, h, bias, init),
         }
     }
 
-    fn forward(&self, x: &Tensor) -> Tensor {
-        self.down_proj.forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+    fn forward(&self, x: &Tensor, pass: Pass) -> Tensor {
+        self.down_proj.forward(&(self.gate_proj.forward(x, pass).silu() * self.up_proj.forward(x, pass)), pass)
     }
 }
 
@@ -223,6 +284,21 @@ pub struct Transformer {
     /// `None` when tied to the embeddings.
     lm_head: Option<Tensor>,
     inv_freq: Tensor,
+    /// The adapters' settings when LoRA is attached.
+    lora: Option<LoraSettings>,
+}
+
+/// What [`Transformer::attach_lora`] needs of a LoRA configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraSettings {
+    pub rank: i64,
+    /// `alpha / rank`.
+    pub scale: f64,
+    pub dropout: f64,
+    /// Names from [`LORA_MODULES`].
+    pub modules: Vec<String>,
+    /// Off: the base model alone (e.g. the reference of a KL penalty), with no second copy.
+    pub enabled: bool,
 }
 
 impl Transformer {
@@ -253,7 +329,104 @@ impl Transformer {
         let lm_head = (!spec.tie_word_embeddings)
             .then(|| (root / "lm_head").var("weight", &[spec.vocab_size, spec.hidden_size], weights));
         let inv_freq = Tensor::from_slice(&spec.inv_freq()).to_kind(Kind::Float).to_device(root.device());
-        Self { spec: spec.clone(), embed_tokens, layers, norm, lm_head, inv_freq }
+        Self { spec: spec.clone(), embed_tokens, layers, norm, lm_head, inv_freq, lora: None }
+    }
+
+    fn linears(&self) -> impl Iterator<Item = (&'static str, &Linear)> {
+        self.layers.iter().flat_map(|b| {
+            let (a, m) = (&b.self_attn, &b.mlp);
+            LORA_MODULES.into_iter().zip([
+                &a.q_proj,
+                &a.k_proj,
+                &a.v_proj,
+                &a.o_proj,
+                &m.gate_proj,
+                &m.up_proj,
+                &m.down_proj,
+            ])
+        })
+    }
+
+    fn linears_mut(&mut self) -> impl Iterator<Item = (&'static str, &mut Linear)> {
+        self.layers.iter_mut().flat_map(|b| {
+            let (a, m) = (&mut b.self_attn, &mut b.mlp);
+            LORA_MODULES.into_iter().zip([
+                &mut a.q_proj,
+                &mut a.k_proj,
+                &mut a.v_proj,
+                &mut a.o_proj,
+                &mut m.gate_proj,
+                &mut m.up_proj,
+                &mut m.down_proj,
+            ])
+        })
+    }
+
+    /// Adds LoRA adapters to `settings.modules` of every layer, their variables under `root`
+    /// (another var store than the base's) named as the base's plus `.lora_A.weight` and
+    /// `.lora_B.weight`. `A` starts as PEFT's does (Kaiming-uniform, bound `1/sqrt(in)`), `B` at
+    /// zero, so the adapted model starts as the base. Replaces adapters attached before.
+    pub fn attach_lora(&mut self, root: &nn::Path, settings: LoraSettings) {
+        for (module, linear) in self.linears_mut() {
+            linear.lora = None;
+            if !settings.modules.iter().any(|m| m == module) {
+                continue;
+            }
+            let (output, input) = (linear.weight.size()[0], linear.weight.size()[1]);
+            let bound = 1.0 / (input as f64).sqrt();
+            let path = linear.name.split('.').fold(root.clone(), |p, c| p / c);
+            let a = (&path / "lora_A").var("weight", &[settings.rank, input], Init::Uniform { lo: -bound, up: bound });
+            let b = (&path / "lora_B").var("weight", &[output, settings.rank], Init::Const(0.0));
+            linear.lora = Some(LoraPair { a, b, scale: settings.scale });
+        }
+        self.lora = Some(settings);
+    }
+
+    /// Removes the adapters (their variables stay in whatever store holds them).
+    pub fn detach_lora(&mut self) {
+        for (_, linear) in self.linears_mut() {
+            linear.lora = None;
+        }
+        self.lora = None;
+    }
+
+    /// The adapters' settings, when attached.
+    pub fn lora(&self) -> Option<&LoraSettings> {
+        self.lora.as_ref()
+    }
+
+    /// Turns the attached adapters on or off.
+    pub fn set_adapters_enabled(&mut self, enabled: bool) {
+        if let Some(lora) = &mut self.lora {
+            lora.enabled = enabled;
+        }
+    }
+
+    /// `(name, weight)` of every adapted linear layer with its adapter folded in (`W + s B A`).
+    pub fn merged_weights(&self) -> Vec<(String, Tensor)> {
+        self.linears()
+            .filter(|(_, l)| l.lora.is_some())
+            .map(|(_, l)| (format!("{}.weight", l.name), l.merged()))
+            .collect()
+    }
+
+    /// The names and shapes of the adapter variables `settings` would attach.
+    pub fn lora_shapes(&self, settings: &LoraSettings) -> Vec<(String, Vec<i64>)> {
+        self.linears()
+            .filter(|(m, _)| settings.modules.iter().any(|s| s == m))
+            .flat_map(|(_, l)| {
+                let (output, input) = (l.weight.size()[0], l.weight.size()[1]);
+                [
+                    (format!("{}.lora_A.weight", l.name), vec![settings.rank, input]),
+                    (format!("{}.lora_B.weight", l.name), vec![output, settings.rank]),
+                ]
+            })
+            .collect()
+    }
+
+    /// The token embedding matrix.
+    pub fn embedding(&self) -> &Tensor {
+        &self.embed_tokens
     }
 
     pub fn spec(&self) -> &DecoderSpec {
@@ -291,13 +464,19 @@ impl Transformer {
         let angles = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1); // [b, 1, t, d]
         let (cos, sin) = (angles.cos().to_kind(kind), angles.sin().to_kind(kind));
         let past = cache.as_ref().map_or(0, |c| c.len);
+        let pass = match &self.lora {
+            Some(l) if l.enabled => {
+                Pass { adapters: true, dropout: if l.dropout > 0.0 && grad_enabled() { l.dropout } else { 0.0 } }
+            }
+            _ => Pass { adapters: false, dropout: 0.0 },
+        };
         let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
         for (i, block) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_mut().map(|c| (&mut c.layers[i], past));
-            let h = block.self_attn.forward(&block.input_layernorm.forward(&x), &cos, &sin, mask, layer_cache);
+            let h = block.self_attn.forward(&block.input_layernorm.forward(&x), &cos, &sin, mask, layer_cache, pass);
             // Out of place: `+=` is an in-place add in tch, and the norm saved `x` for backward.
             let residual = &x + h;
-            let h = block.mlp.forward(&block.post_attention_layernorm.forward(&residual));
+            let h = block.mlp.forward(&block.post_attention_layernorm.forward(&residual), pass);
             x = &residual + h;
         }
         if let Some(cache) = cache {

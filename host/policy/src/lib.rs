@@ -13,6 +13,7 @@ pub mod constrain;
 pub mod decoder;
 pub mod generate;
 pub mod llama;
+pub mod lora;
 pub mod prefix;
 pub mod qwen2;
 pub mod sampling;
@@ -21,9 +22,10 @@ pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
-pub use checkpoint::{LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER};
+pub use checkpoint::{LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER, cpu_has_bf16};
 pub use config::{DecoderSpec, ModelConfig};
 pub use generate::{Constraint, FinishReason, Generation, GenerationStats, TokenEvent};
+pub use lora::{AdapterFiles, LoraConfig};
 pub use prefix::{PrefixCache, PrefixStats};
 pub use sampling::SamplingParams;
 pub use score::{ScoreOptions, TokenScores, TokenSequence};

@@ -10,7 +10,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 use tch::{Device, Kind, Tensor};
 use toolsmith_policy::decoder::AttentionMask;
-use toolsmith_policy::{LoadOptions, Policy, SamplingParams, TINY_TOKENIZER};
+use toolsmith_policy::{LoadOptions, LoraConfig, Policy, Precision, SamplingParams, TINY_TOKENIZER};
 
 const MAX_NEW_TOKENS: usize = 16;
 
@@ -58,7 +58,8 @@ fn check(arch: &str, device: Device) {
     let work = tempfile::tempdir().expect("tempdir");
     let reference = make_reference(arch, work.path());
     let dir = work.path().join(arch);
-    let policy = Policy::load(&dir, LoadOptions { device, precision: None }).expect("load the transformers checkpoint");
+    let policy = Policy::load(&dir, LoadOptions { device, precision: Some(Precision::F32) })
+        .expect("load the transformers checkpoint");
     assert_eq!(policy.state().architecture, arch);
 
     // The same tokenizer.json through both libraries gives the same ids.
@@ -149,4 +150,66 @@ fn tiny_checkpoint_loads_in_transformers_too() {
     let theirs: Vec<i64> =
         serde_json::from_str(String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or("[]")).expect("ids");
     assert_eq!(ours[0].output_ids, theirs);
+}
+
+/// Our LoRA adapter, saved as PEFT saves one, loads in PEFT and gives our logits, with the adapter
+/// and merged.
+#[test]
+fn peft_loads_our_lora_adapter() {
+    common::one_thread();
+    let work = tempfile::tempdir().expect("tempdir");
+    make_reference("llama", work.path());
+    let dir = work.path().join("llama");
+    let mut policy = Policy::load(&dir, LoadOptions { precision: Some(Precision::F32), ..Default::default() })
+        .expect("load the transformers checkpoint");
+    let config = LoraConfig { rank: 4, alpha: 8.0, dropout: 0.0, target_modules: vec!["all-linear".into()] };
+    policy.add_lora(&config, 3).expect("lora");
+    // B starts at zero; give it values so the adapter changes something.
+    tch::manual_seed(5);
+    for (name, mut var) in policy.trained_variables() {
+        if name.contains("lora_B") {
+            tch::no_grad(|| var.copy_(&(Tensor::randn(var.size(), (Kind::Float, Device::Cpu)) * 0.05)));
+        }
+    }
+    let adapter = work.path().join("adapter");
+    policy.save_adapter(&adapter).expect("save adapter");
+    let ids: Vec<Vec<i64>> = vec![policy.tokenizer().encode(texts()[0]).expect("encode")];
+    let ids_file = work.path().join("ids.json");
+    std::fs::write(&ids_file, serde_json::to_string(&ids).expect("json")).expect("write ids");
+    let out = work.path().join("peft.safetensors");
+    let status = Command::new(common::reference_python())
+        .arg(common::repo_root().join("host/policy/tests/reference/reference.py"))
+        .arg("lora")
+        .arg("--model")
+        .arg(&dir)
+        .arg("--adapter")
+        .arg(&adapter)
+        .arg("--ids")
+        .arg(&ids_file)
+        .arg("--out")
+        .arg(&out)
+        .env("OMP_NUM_THREADS", "1")
+        .status()
+        .expect("run reference.py lora");
+    assert!(status.success(), "reference.py lora failed");
+    let theirs = Tensor::read_safetensors(&out).expect("peft logits");
+    let t = ids[0].len() as i64;
+    let input = Tensor::from_slice(&ids[0]).view([1, t]);
+    let positions = Tensor::arange(t, (Kind::Int64, Device::Cpu)).unsqueeze(0);
+    let ours = tch::no_grad(|| {
+        let model = policy.model();
+        model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None))
+    });
+    let base = {
+        let mut off =
+            Policy::load(&dir, LoadOptions { precision: Some(Precision::F32), ..Default::default() }).expect("base");
+        off.set_adapters_enabled(false);
+        tch::no_grad(|| off.model().logits(&off.model().forward(&input, &positions, &AttentionMask::Causal, None)))
+    };
+    assert!((&ours - &base).abs().max().double_value(&[]) > 1e-3, "the adapter changes nothing");
+    for (name, expected) in &theirs {
+        let worst = (&ours - expected).abs().max().double_value(&[]);
+        eprintln!("peft {name}: max |logit difference| {worst:.2e}");
+        assert!(worst < 1e-4, "{name}: our LoRA logits differ from PEFT's by {worst}");
+    }
 }

@@ -190,7 +190,12 @@ impl RunDir {
         let final_dir = self.final_policy();
         let partial = self.root.join("final.partial");
         let _ = fs::remove_dir_all(&partial);
-        policy.save(&partial)?;
+        // Adapters are folded into the final weights, so the final policy loads anywhere as a
+        // plain model; `final/adapter` keeps them as PEFT saves them.
+        policy.save_merged(&partial)?;
+        if policy.lora().is_some() {
+            policy.save_adapter(&partial.join("adapter"))?;
+        }
         let _ = fs::remove_dir_all(&final_dir);
         fs::rename(&partial, &final_dir).map_err(|e| TrainError::io(&final_dir, e))?;
         Ok(final_dir)

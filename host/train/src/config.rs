@@ -55,8 +55,8 @@ pub struct SftConfig {
     pub seed: u64,
     /// `auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`. By default `auto`.
     pub device: String,
-    /// Weights' precision: `auto` (bf16 with fp32 master weights on CUDA, fp32 on the CPU),
-    /// `f32` or `bf16`. By default `auto`.
+    /// Weights' precision: `auto` (bf16 with fp32 master weights on CUDA and on CPUs with
+    /// AVX512_BF16 or AMX, fp32 elsewhere), `f32` or `bf16`. By default `auto`.
     pub precision: String,
     /// CPU threads for libtorch (0: libtorch's default). By default 0.
     pub threads: usize,
@@ -75,6 +75,11 @@ pub struct SftConfig {
     /// and the layers below stay frozen, so each step computes gradients and keeps optimiser state
     /// for those layers alone. `null` trains every weight. By default `null`.
     pub trainable_layers: Option<usize>,
+    /// Train LoRA adapters instead of the weights (the base stays frozen; with a KL penalty the
+    /// base alone is the reference; the final policy has them merged, and `final/adapter` holds
+    /// them as PEFT saves them). Excludes `trainable_layers`. `null`: no adapters. By default
+    /// `null`.
+    pub lora: Option<toolsmith_policy::LoraConfig>,
 }
 
 // A resume may change how long the run is (`steps`, `epochs`; the learning-rate schedule is then
@@ -112,6 +117,7 @@ impl Default for SftConfig {
             checkpoint_every: 100,
             keep_checkpoints: 2,
             trainable_layers: None,
+            lora: None,
         }
     }
 }
@@ -253,6 +259,12 @@ impl SftConfig {
         }
         if self.trainable_layers == Some(0) {
             return bad("trainable_layers must be at least 1 (null trains every weight)");
+        }
+        if let Some(lora) = &self.lora {
+            if self.trainable_layers.is_some() {
+                return Err(TrainError::Config("lora and trainable_layers exclude each other: pick one".into()));
+            }
+            lora.settings()?;
         }
         if !(self.first_turn_weight.is_finite() && self.first_turn_weight > 0.0) {
             return bad("first_turn_weight must be a positive number");

@@ -181,7 +181,7 @@ impl Core {
             policy.state_mut().step = 0;
         }
         let config = serde_json::to_value(setup.config).map_err(|e| TrainError::Config(e.to_string()))?;
-        let mut optimizer = AdamW::new(policy.var_store().variables().into_iter().collect(), setup.optimizer);
+        let mut optimizer = AdamW::new(policy.trained_variables(), setup.optimizer);
         let (hash, what) = setup.data;
         let mut changed = Vec::new();
         let state = match resumed {
@@ -358,6 +358,10 @@ pub(crate) trait RunConfig: Serialize + serde::de::DeserializeOwned {
     fn precision(&self) -> &str;
     /// The top decoder layers that train (`None`: every weight).
     fn trainable_layers(&self) -> Option<usize>;
+    /// LoRA adapters to train instead of the weights.
+    fn lora(&self) -> Option<&toolsmith_policy::LoraConfig>;
+    /// The run's seed (the adapters' initial draw).
+    fn seed(&self) -> u64;
 }
 
 /// Implements [`RunConfig`] for a config with `threads`, `device`, `precision` and
@@ -383,14 +387,34 @@ macro_rules! run_config {
             fn trainable_layers(&self) -> Option<usize> {
                 self.trainable_layers
             }
+
+            fn lora(&self) -> Option<&toolsmith_policy::LoraConfig> {
+                self.lora.as_ref()
+            }
+
+            fn seed(&self) -> u64 {
+                self.seed
+            }
         }
     };
 }
 pub(crate) use run_config;
 
-/// The policy a run trains, frozen below its `trainable_layers` (checked against the model
-/// before anything is written).
+/// The policy a run trains: with LoRA adapters (fresh, or the checkpoint's when resuming), or
+/// frozen below its `trainable_layers` (checked against the model before anything is written).
 pub(crate) fn trainable<C: RunConfig>(mut policy: Policy, config: &C) -> Result<Policy, TrainError> {
+    match (config.lora(), policy.lora()) {
+        (Some(wanted), Some(has)) if wanted.normalized()? != has.normalized()? => {
+            return Err(TrainError::Config(format!(
+                "the checkpoint's LoRA adapters ({has:?}) are not the ones configured ({wanted:?})"
+            )));
+        }
+        (Some(wanted), None) => policy.add_lora(wanted, config.seed())?,
+        (None, Some(_)) => {
+            return Err(TrainError::Config("the checkpoint carries LoRA adapters but the run has no lora".into()));
+        }
+        _ => {}
+    }
     policy.set_trainable_layers(config.trainable_layers())?;
     Ok(policy)
 }
@@ -447,8 +471,8 @@ fn check_settings<C: RunConfig>(
         .and_then(|c| serde_json::to_value(c).ok())
         .unwrap_or_else(|| state.config.clone());
     let mut changed = changed_fields(&saved, config, resumable);
-    // `device` may change, but with precision `auto` another device is another precision (bf16
-    // on CUDA, f32 on the CPU), and the optimiser's state would not fit.
+    // `device` may change, but with precision `auto` another device may be another precision
+    // (bf16 on CUDA, f32 on a CPU without bf16), and the optimiser's state would not fit.
     let auto = |v: &Value| v.get("precision").and_then(Value::as_str) == Some("auto");
     if saved.get("device") != config.get("device") && (auto(&saved) || auto(config)) {
         changed.push("device (with precision auto, the precision follows the device)".into());

@@ -30,12 +30,10 @@ use crate::sequence::{SequenceBuilder, TrainSequence};
 pub fn load_options_for(device: &str, precision: &str) -> Result<LoadOptions, TrainError> {
     let device = toolsmith_policy::parse_device(device)?;
     let precision = match precision {
-        "auto" => match device {
-            toolsmith_policy::tch::Device::Cpu => Precision::F32,
-            _ => Precision::Bf16,
-        },
+        "auto" => Precision::auto(device),
         other => Precision::parse(other)?,
     };
+    precision.check(device)?;
     Ok(LoadOptions { device, precision: Some(precision) })
 }
 

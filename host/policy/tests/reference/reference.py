@@ -6,7 +6,15 @@ transformers on PyTorch eager (CPU unless --device says otherwise).
       and writes OUT/reference.json (token ids of the inputs, greedy generations) and
       OUT/reference.safetensors (logits of a right-padded batch).
   reference.py bench --model DIR --threads N --batch B --seq T --steps S --new-tokens K
-      Prints one JSON line: forward+backward tokens/s, generate tokens/s, peak RSS (MiB).
+                    [--dtype float32|bfloat16] [--generate-batch G] [--prompts random|same]
+      Prints one JSON line: forward+backward tokens/s (batch B x T), generate tokens/s (greedy,
+      KV cache, exactly K new tokens per row, EOS ignored; over all G rows of a batch of G
+      prompts of --prompt tokens, distinct random ones or one repeated), peak RSS (MiB).
+      --dtype is the dtype of the weights and of the compute on both (the loss is taken in fp32).
+  reference.py lora --model DIR --adapter DIR --ids FILE --out FILE
+      Loads the base with transformers and the adapter with PEFT, and writes the logits of the
+      token ids in FILE (a JSON list of equal-length lists) to OUT (safetensors, "logits"), with
+      the adapter and, as "merged", after PEFT's merge_and_unload.
 """
 import argparse
 import json
@@ -86,12 +94,13 @@ def cut(tokens, eos):
 def bench(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).train()
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).train()
     vocab = model.config.vocab_size
     x = torch.randint(0, vocab, (args.batch, args.seq))
 
     def step():
-        logits = model(input_ids=x).logits
+        logits = model(input_ids=x).logits.float()
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), x[:, 1:].reshape(-1))
         loss.backward()
         model.zero_grad(set_to_none=True)
@@ -106,19 +115,37 @@ def bench(args):
     train = args.batch * args.seq / sorted(times)[len(times) // 2]
 
     model.eval()
-    prompt = torch.randint(3, vocab, (1, args.prompt))
+    rows = args.generate_batch
+    if args.prompts == "same":
+        prompt = torch.randint(3, vocab, (1, args.prompt)).repeat(rows, 1)
+    else:
+        prompt = torch.randint(3, vocab, (rows, args.prompt))
+    # Prompts of equal length: no padding, every row generates exactly new_tokens (EOS is ignored).
+    mask = torch.ones_like(prompt)
     with torch.no_grad():
         kwargs = dict(do_sample=False, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                      pad_token_id=0, eos_token_id=None)
-        model.generate(input_ids=prompt, **kwargs)
+                      pad_token_id=0, eos_token_id=None, use_cache=True)
+        model.generate(input_ids=prompt, attention_mask=mask, **kwargs)
         rates = []
         for _ in range(args.generations):
             t = time.perf_counter()
-            out = model.generate(input_ids=prompt, **kwargs)
-            rates.append((out.shape[1] - args.prompt) / (time.perf_counter() - t))
+            out = model.generate(input_ids=prompt, attention_mask=mask, **kwargs)
+            rates.append(out.shape[0] * (out.shape[1] - args.prompt) / (time.perf_counter() - t))
     generate = sorted(rates)[len(rates) // 2]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"train_tokens_per_sec": train, "generate_tokens_per_sec": generate, "peak_rss_mib": peak}))
+    print(json.dumps({"train_tokens_per_sec": train, "generate_tokens_per_sec": generate, "peak_rss_mib": peak,
+                      "dtype": args.dtype, "generate_batch": rows, "generated_tokens_per_row": out.shape[1] - args.prompt}))
+
+
+def lora(args):
+    from peft import PeftModel
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    model = PeftModel.from_pretrained(model, args.adapter).eval()
+    ids = torch.tensor(json.load(open(args.ids)))
+    with torch.no_grad():
+        adapted = model(input_ids=ids).logits.float()
+        merged = model.merge_and_unload()(input_ids=ids).logits.float()
+    save_file({"logits": adapted.contiguous(), "merged": merged.contiguous()}, args.out)
 
 
 def main():
@@ -140,9 +167,19 @@ def main():
     b.add_argument("--prompt", type=int, default=16)
     b.add_argument("--new-tokens", type=int, default=128)
     b.add_argument("--generations", type=int, default=5)
+    b.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    # Rows generated at once (--batch is the training batch; existing callers expect batch-1 generation).
+    b.add_argument("--generate-batch", type=int, default=1)
+    b.add_argument("--prompts", choices=["random", "same"], default="random",
+                   help="distinct random prompts per row, or one random prompt repeated")
+    lo = sub.add_parser("lora")
+    lo.add_argument("--model", required=True)
+    lo.add_argument("--adapter", required=True)
+    lo.add_argument("--ids", required=True)
+    lo.add_argument("--out", required=True)
     args = p.parse_args()
     torch.set_num_threads(getattr(args, "threads", 1))
-    {"make": make, "bench": bench}[args.cmd](args)
+    {"make": make, "bench": bench, "lora": lora}[args.cmd](args)
 
 
 if __name__ == "__main__":

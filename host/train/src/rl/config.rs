@@ -204,6 +204,11 @@ pub struct RlConfig {
     /// and the layers below stay frozen, so each step computes gradients and keeps optimiser state
     /// for those layers alone. `null` trains every weight. By default `null`.
     pub trainable_layers: Option<usize>,
+    /// Train LoRA adapters instead of the weights (the base stays frozen; with a KL penalty the
+    /// base alone is the reference; the final policy has them merged, and `final/adapter` holds
+    /// them as PEFT saves them). Excludes `trainable_layers`. `null`: no adapters. By default
+    /// `null`.
+    pub lora: Option<toolsmith_policy::LoraConfig>,
 }
 
 // A resume may change how long the run is (the learning-rate schedule is then planned over the new
@@ -280,6 +285,7 @@ impl RlConfig {
             checkpoint_every: 5,
             keep_checkpoints: 2,
             trainable_layers: None,
+            lora: None,
         };
         (method.spec().defaults)(base)
     }
@@ -324,6 +330,12 @@ impl RlConfig {
         }
         if self.trainable_layers == Some(0) {
             return bad("trainable_layers must be at least 1 (null trains every weight)".into());
+        }
+        if let Some(lora) = &self.lora {
+            if self.trainable_layers.is_some() {
+                return Err(TrainError::Config("lora and trainable_layers exclude each other: pick one".into()));
+            }
+            lora.settings()?;
         }
         if self.iterations == 0 || self.tasks_per_iteration == 0 || self.epochs == 0 {
             return bad("iterations, tasks_per_iteration and epochs must be positive".into());

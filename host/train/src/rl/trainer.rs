@@ -36,13 +36,21 @@ pub struct RlTrainer {
     unit: RlUnit,
 }
 
+/// The policy a KL penalty anchors to.
+pub(super) enum Reference {
+    /// A frozen copy of the starting weights.
+    Copy(Arc<Mutex<Policy>>),
+    /// The trained policy with its LoRA adapters turned off: the base, with no second copy.
+    Base,
+}
+
 /// What an iteration needs besides the core.
 pub(super) struct RlUnit {
     pub(super) config: RlConfig,
     pub(super) builder: SequenceBuilder,
     pub(super) worlds: Vec<TrainWorld>,
     pub(super) graph: Option<TrainingGraph>,
-    pub(super) reference: Option<Arc<Mutex<Policy>>>,
+    pub(super) reference: Option<Reference>,
     pub(super) backend: Arc<dyn Backend>,
     pub(super) engine: Option<CompletionsBackend>,
     pub(super) runtime: tokio::runtime::Runtime,
@@ -80,15 +88,23 @@ impl RlTrainer {
         } else {
             Policy::load(&toolsmith_policy::locate(&config.init)?, options)?
         };
-        // The KL anchor is the starting policy, frozen, whatever iteration a run resumes at.
-        // MTR's ToolActor is the starting policy too (what the tools say does not drift with the
-        // policy being trained): one frozen copy serves both.
-        let frozen = if config.loss.kl_coef > 0.0 || config.simulate.is_some() {
+        // The KL anchor is the starting policy, frozen, whatever iteration a run resumes at (with
+        // LoRA, the base under the adapters). MTR's ToolActor is the starting policy too (what
+        // the tools say does not drift with the policy being trained): one frozen copy serves
+        // both.
+        let kl = config.loss.kl_coef > 0.0;
+        let lora = config.lora.is_some();
+        let frozen = if (kl && !lora) || config.simulate.is_some() {
             Some(Arc::new(Mutex::new(initial.reference()?)))
         } else {
             None
         };
-        let reference = frozen.clone().filter(|_| config.loss.kl_coef > 0.0);
+        let reference = match (&frozen, kl, lora) {
+            (_, false, _) => None,
+            (_, true, true) => Some(Reference::Base),
+            (Some(frozen), true, false) => Some(Reference::Copy(frozen.clone())),
+            (None, true, false) => None,
+        };
         let actor = match (&config.simulate, &frozen) {
             (Some(s), Some(frozen)) => {
                 let params = SamplingParams {
@@ -206,7 +222,7 @@ impl Unit for RlUnit {
             examples.extend(self.examples(group, &credit)?);
         }
         let gap = self.old_logprobs(&mut examples, &policy)?;
-        self.reference_logprobs(&mut examples)?;
+        self.reference_logprobs(&mut examples, &policy)?;
         let all: Vec<&Group> = sampled.kept.iter().chain(&sampled.dropped).collect();
         let calls = self.count_calls(&all)?;
         let graph = self.learn_tools(iteration, &all)?;

@@ -2,7 +2,7 @@
 //! per-token advantages, old log-probs (the sampler's, or the trainer's own when an engine
 //! sampled) and reference log-probs, then `epochs` clipped updates over the batch.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use toolsmith_agent::Trajectory;
 use toolsmith_policy::score::micro_batches;
@@ -15,7 +15,7 @@ use crate::rl::episode::{EpisodeSequence, episode_sequences, mem_span};
 use crate::rl::loss::{LossInputs, LossStats, policy_loss, token_weights};
 use crate::rl::method::{TurnCredit, token_advantages};
 use crate::rl::rollout::Group;
-use crate::rl::trainer::RlUnit;
+use crate::rl::trainer::{Reference, RlUnit};
 use crate::run::{Core, padded_rows};
 
 /// A trained sequence with its per-token inputs.
@@ -116,11 +116,26 @@ impl RlUnit {
     }
 
     /// The frozen reference's log-probs, when there is a KL term.
-    pub(super) fn reference_logprobs(&self, examples: &mut [Example]) -> Result<(), TrainError> {
+    pub(super) fn reference_logprobs(
+        &self,
+        examples: &mut [Example],
+        policy: &Arc<Mutex<Policy>>,
+    ) -> Result<(), TrainError> {
         let Some(reference) = &self.reference else { return Ok(()) };
         let options = ScoreOptions::at(self.config.temperature);
-        let scored =
-            score_all(&toolsmith_contract::sync::lock(reference), examples, &options, self.config.micro_batch_tokens)?;
+        let tokens = self.config.micro_batch_tokens;
+        let scored = match reference {
+            Reference::Copy(reference) => {
+                score_all(&toolsmith_contract::sync::lock(reference), examples, &options, tokens)
+            }
+            Reference::Base => {
+                let mut policy = toolsmith_contract::sync::lock(policy);
+                policy.set_adapters_enabled(false);
+                let scored = score_all(&policy, examples, &options, tokens);
+                policy.set_adapters_enabled(true);
+                scored
+            }
+        }?;
         for (example, reference) in examples.iter_mut().zip(scored) {
             example.reference = Some(reference);
         }

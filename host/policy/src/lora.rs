@@ -1,0 +1,356 @@
+//! LoRA adapters: low-rank updates of the linear layers that train while the base stays frozen.
+//!
+//! The adapters live in a var store of their own, so the base's checkpoint is never touched and
+//! turning them off gives back the base model (the reference of a KL penalty, with no second
+//! copy). They are saved as PEFT saves them (`adapter_config.json` + `adapter_model.safetensors`
+//! with `base_model.model.` names), so `peft`/`transformers` load them, plus
+//! `toolsmith-adapter.json` naming the base they were trained on, so an adapter is never applied
+//! to another model. Exporting folds them into the weights (`W + alpha/r * B A`).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tch::nn::VarStore;
+use tch::{Kind, Tensor};
+
+use crate::decoder::{LORA_MODULES, LoraSettings};
+use crate::{Policy, PolicyError};
+
+/// PEFT's file names.
+pub const ADAPTER_CONFIG: &str = "adapter_config.json";
+pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
+/// Toolsmith's note of the base model an adapter belongs to.
+pub const ADAPTER_BASE: &str = "toolsmith-adapter.json";
+/// PEFT's prefix of adapter tensor names.
+const PEFT_PREFIX: &str = "base_model.model.";
+
+/// How to adapt a model with LoRA.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoraConfig {
+    /// Rank of each adapter. By default 16.
+    pub rank: i64,
+    /// The update is scaled by `alpha / rank`. By default 32.
+    pub alpha: f64,
+    /// Dropout on the adapters' input while training. By default 0.05.
+    pub dropout: f64,
+    /// Linear layers to adapt, by PEFT's names (`q_proj`, `k_proj`, `v_proj`, `o_proj`,
+    /// `gate_proj`, `up_proj`, `down_proj`), or `all-linear`. By default `all-linear`.
+    pub target_modules: Vec<String>,
+}
+
+impl Default for LoraConfig {
+    fn default() -> Self {
+        Self { rank: 16, alpha: 32.0, dropout: 0.05, target_modules: vec!["all-linear".into()] }
+    }
+}
+
+impl LoraConfig {
+    /// Checks the numbers and resolves the module names; a name the model lacks is an error that
+    /// lists the ones it has.
+    pub fn settings(&self) -> Result<LoraSettings, PolicyError> {
+        let bad = |m: String| Err(PolicyError::Config(format!("lora: {m}")));
+        if self.rank < 1 {
+            return bad(format!("rank must be at least 1, got {}", self.rank));
+        }
+        if !(self.alpha.is_finite() && self.alpha > 0.0) {
+            return bad(format!("alpha must be positive, got {}", self.alpha));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad(format!("dropout must be in [0, 1), got {}", self.dropout));
+        }
+        if self.target_modules.is_empty() {
+            return bad("target_modules is empty".into());
+        }
+        let mut modules = Vec::new();
+        for name in &self.target_modules {
+            if name == "all-linear" {
+                modules.extend(LORA_MODULES.iter().map(|m| m.to_string()));
+            } else if LORA_MODULES.contains(&name.as_str()) {
+                modules.push(name.clone());
+            } else {
+                return bad(format!(
+                    "the model has no module {name:?} to adapt (it has {}, or all-linear)",
+                    LORA_MODULES.join(", ")
+                ));
+            }
+        }
+        modules.sort_by_key(|m| LORA_MODULES.iter().position(|x| x == m));
+        modules.dedup();
+        Ok(LoraSettings {
+            rank: self.rank,
+            scale: self.alpha / self.rank as f64,
+            dropout: self.dropout,
+            modules,
+            enabled: true,
+        })
+    }
+
+    /// The same adaptation with `all-linear` spelled out and the modules in the model's order,
+    /// so two configs compare equal when they adapt the same layers the same way.
+    pub fn normalized(&self) -> Result<Self, PolicyError> {
+        Ok(Self { target_modules: self.settings()?.modules, ..self.clone() })
+    }
+
+    /// The config PEFT writes, as PEFT reads it.
+    fn peft_json(&self, modules: &[String], base: &str) -> Value {
+        serde_json::json!({
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "base_model_name_or_path": base,
+            "r": self.rank,
+            "lora_alpha": self.alpha,
+            "lora_dropout": self.dropout,
+            "target_modules": modules,
+            "bias": "none",
+            "fan_in_fan_out": false,
+            "inference_mode": true,
+            "init_lora_weights": true,
+            "use_rslora": false,
+            "use_dora": false,
+            "modules_to_save": null,
+        })
+    }
+
+    /// Reads PEFT's `adapter_config.json`.
+    fn from_peft(path: &Path) -> Result<Self, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::io(path, e))?;
+        let json: Value =
+            serde_json::from_str(&text).map_err(|e| PolicyError::checkpoint(path, format!("invalid JSON: {e}")))?;
+        let field = |k: &str| json.get(k).filter(|v| !v.is_null());
+        if field("peft_type").and_then(Value::as_str) != Some("LORA") {
+            return Err(PolicyError::checkpoint(path, "not a LoRA adapter (peft_type is not \"LORA\")"));
+        }
+        for unsupported in ["use_dora", "use_rslora", "fan_in_fan_out"] {
+            if field(unsupported).and_then(Value::as_bool) == Some(true) {
+                return Err(PolicyError::checkpoint(path, format!("{unsupported} adapters are not supported")));
+            }
+        }
+        let number = |k: &str| {
+            field(k)
+                .and_then(Value::as_f64)
+                .ok_or_else(|| PolicyError::checkpoint(path, format!("{k:?} is missing or not a number")))
+        };
+        let target_modules = match field("target_modules") {
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+            _ => return Err(PolicyError::checkpoint(path, "\"target_modules\" is missing")),
+        };
+        Ok(Self {
+            rank: number("r")? as i64,
+            alpha: number("lora_alpha")?,
+            dropout: field("lora_dropout").and_then(Value::as_f64).unwrap_or(0.0),
+            target_modules,
+        })
+    }
+}
+
+/// An adapter attached to a policy: its variables and configuration.
+#[derive(Debug)]
+pub(crate) struct Adapter {
+    pub(crate) vs: VarStore,
+    pub(crate) config: LoraConfig,
+    /// Where the base came from (PEFT's `base_model_name_or_path`).
+    pub(crate) base: String,
+}
+
+/// An adapter read from disk, not yet attached (the daemon reads it without holding the policy).
+#[derive(Debug)]
+pub struct AdapterFiles {
+    config: LoraConfig,
+    tensors: Vec<(String, Tensor)>,
+    /// The base's fingerprint it was trained on, when Toolsmith wrote it.
+    fingerprint: Option<String>,
+    /// Where the base came from, as recorded.
+    base: String,
+    dir: std::path::PathBuf,
+}
+
+impl AdapterFiles {
+    /// Reads the adapter in `dir`.
+    pub fn read(dir: &Path) -> Result<Self, PolicyError> {
+        let config = LoraConfig::from_peft(&dir.join(ADAPTER_CONFIG))?;
+        let weights = dir.join(ADAPTER_WEIGHTS);
+        if !weights.is_file() {
+            return Err(PolicyError::checkpoint(&weights, "missing adapter weights"));
+        }
+        let tensors = Tensor::read_safetensors(&weights)
+            .map_err(|e| PolicyError::checkpoint(&weights, format!("unreadable safetensors: {e}")))?;
+        let base_path = dir.join(ADAPTER_BASE);
+        let fingerprint = if base_path.is_file() {
+            let text = std::fs::read_to_string(&base_path).map_err(|e| PolicyError::io(&base_path, e))?;
+            let json: Value = serde_json::from_str(&text)
+                .map_err(|e| PolicyError::checkpoint(&base_path, format!("invalid JSON: {e}")))?;
+            Some(
+                json.get("base_fingerprint")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| PolicyError::checkpoint(&base_path, "no \"base_fingerprint\""))?
+                    .to_owned(),
+            )
+        } else {
+            None
+        };
+        let peft: Value = std::fs::read_to_string(dir.join(ADAPTER_CONFIG))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        let base = peft.get("base_model_name_or_path").and_then(Value::as_str).unwrap_or_default().to_owned();
+        Ok(Self { config, tensors, fingerprint, base, dir: dir.to_owned() })
+    }
+
+    pub fn config(&self) -> &LoraConfig {
+        &self.config
+    }
+}
+
+/// Whether `dir` holds an adapter.
+pub fn has_adapter(dir: &Path) -> bool {
+    dir.join(ADAPTER_CONFIG).is_file()
+}
+
+impl Policy {
+    /// Attaches fresh LoRA adapters (`A` drawn from libtorch's generator seeded with `seed`, `B`
+    /// zero) and freezes every base weight. Refused, before anything changes, for a module the
+    /// model lacks or numbers out of range; an adapter already attached is replaced.
+    pub fn add_lora(&mut self, config: &LoraConfig, seed: u64) -> Result<(), PolicyError> {
+        let settings = config.settings()?;
+        let mut vs = VarStore::new(self.vs.device());
+        vs.set_kind(self.model.kind());
+        {
+            let _guard = crate::checkpoint::seeded(seed);
+            self.model.attach_lora(&vs.root(), settings);
+        }
+        self.vs.freeze();
+        let base = self.source.as_ref().map_or_else(|| "tiny".into(), |p| p.to_string_lossy().into_owned());
+        self.adapter = Some(Adapter { vs, config: config.clone(), base });
+        self.touch();
+        Ok(())
+    }
+
+    /// The LoRA configuration, when adapters are attached.
+    pub fn lora(&self) -> Option<&LoraConfig> {
+        self.adapter.as_ref().map(|a| &a.config)
+    }
+
+    /// Turns the adapters off (the base model alone) or back on. No-op without adapters.
+    pub fn set_adapters_enabled(&mut self, enabled: bool) {
+        self.model.set_adapters_enabled(enabled);
+        self.touch();
+    }
+
+    /// Applies an adapter read by [`AdapterFiles::read`]: checked against this base (its
+    /// fingerprint when recorded, every tensor's name and shape) before anything changes; the
+    /// adapter attached before (if any) is replaced. The base is not reloaded.
+    pub fn apply_adapter(&mut self, files: &AdapterFiles) -> Result<(), PolicyError> {
+        let dir = &files.dir;
+        if let Some(fingerprint) = &files.fingerprint
+            && *fingerprint != self.base_fingerprint()
+        {
+            return Err(PolicyError::checkpoint(
+                dir,
+                "this adapter was trained on another base model (its fingerprint differs from the loaded model's)",
+            ));
+        }
+        let settings = files.config.settings().map_err(|e| PolicyError::checkpoint(dir, e.to_string()))?;
+        let expected: std::collections::HashMap<String, Vec<i64>> =
+            self.model.lora_shapes(&settings).into_iter().collect();
+        let mut values = std::collections::HashMap::new();
+        for (name, tensor) in &files.tensors {
+            let Some(local) = name.strip_prefix(PEFT_PREFIX) else {
+                return Err(PolicyError::checkpoint(dir, format!("{name}: not a PEFT adapter tensor name")));
+            };
+            // PEFT names the adapter in memory (`lora_A.default.weight`) but not on disk.
+            let local = local.replace(".default.", ".");
+            let Some(shape) = expected.get(&local) else {
+                return Err(PolicyError::checkpoint(
+                    dir,
+                    format!("{name} does not fit this model: an adapter for another base or other modules"),
+                ));
+            };
+            if *shape != tensor.size() {
+                return Err(PolicyError::checkpoint(
+                    dir,
+                    format!(
+                        "{name} has shape {:?}, this model needs {shape:?}: an adapter for another base",
+                        tensor.size()
+                    ),
+                ));
+            }
+            values.insert(local, tensor);
+        }
+        if values.len() != expected.len() {
+            return Err(PolicyError::checkpoint(
+                dir,
+                format!("{} of the {} adapter tensors are missing", expected.len() - values.len(), expected.len()),
+            ));
+        }
+        let mut vs = VarStore::new(self.vs.device());
+        vs.set_kind(self.model.kind());
+        self.model.attach_lora(&vs.root(), settings);
+        for (name, var) in vs.variables() {
+            if let Some(value) = values.get(&name) {
+                let mut var = var;
+                tch::no_grad(|| var.f_copy_(value))?;
+            }
+        }
+        self.vs.freeze();
+        self.adapter = Some(Adapter { vs, config: files.config.clone(), base: files.base.clone() });
+        self.touch();
+        Ok(())
+    }
+
+    /// Reads and applies the adapter in `dir` (see [`Policy::apply_adapter`]).
+    pub fn load_adapter(&mut self, dir: &Path) -> Result<(), PolicyError> {
+        self.apply_adapter(&AdapterFiles::read(dir)?)
+    }
+
+    /// Writes the adapter as PEFT does, plus the base's fingerprint. Nothing is written without
+    /// adapters.
+    pub fn save_adapter(&self, dir: &Path) -> Result<(), PolicyError> {
+        let Some(adapter) = &self.adapter else { return Ok(()) };
+        let modules = self.model.lora().map(|l| l.modules.clone()).unwrap_or_default();
+        let mut named: Vec<(String, Tensor)> =
+            adapter.vs.variables().into_iter().map(|(n, t)| (format!("{PEFT_PREFIX}{n}"), t)).collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        std::fs::create_dir_all(dir).map_err(|e| PolicyError::io(dir, e))?;
+        let weights = dir.join(ADAPTER_WEIGHTS);
+        let partial = crate::checkpoint::partial_path(&weights);
+        Tensor::write_safetensors(&named, &partial).map_err(|e| PolicyError::checkpoint(&partial, e.to_string()))?;
+        crate::checkpoint::rename(&partial, &weights)?;
+        crate::checkpoint::write_json(&dir.join(ADAPTER_CONFIG), &adapter.config.peft_json(&modules, &adapter.base))?;
+        crate::checkpoint::write_json(
+            &dir.join(ADAPTER_BASE),
+            &serde_json::json!({ "base_fingerprint": self.base_fingerprint() }),
+        )
+    }
+
+    /// Writes the model with the adapters folded into its weights, in Hugging Face's layout (no
+    /// adapter files: it loads anywhere as a plain model). Without adapters, [`Policy::save`].
+    pub fn save_merged(&self, dir: &Path) -> Result<(), PolicyError> {
+        self.save_weights(dir, &self.model.merged_weights())
+    }
+
+    /// A fingerprint of the base an adapter belongs to: the architecture, the tokenizer and a
+    /// strided sample of every base weight (rounded to bf16, so it does not depend on the
+    /// precision the base was loaded in).
+    pub fn base_fingerprint(&self) -> String {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(format!("{:?}", self.model.spec()).as_bytes());
+        hasher.update(self.tokenizer.hash().as_bytes());
+        let mut variables: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        variables.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, var) in variables {
+            let sample = tch::no_grad(|| {
+                let flat = var.flatten(0, -1);
+                let stride = (flat.numel() as i64 / 1024).max(1);
+                flat.slice(0, 0, None, stride).to_kind(Kind::BFloat16).to_kind(Kind::Float).to_device(tch::Device::Cpu)
+            });
+            hasher.update(name.as_bytes());
+            for v in Vec::<f32>::try_from(&sample).unwrap_or_default() {
+                hasher.update(&v.to_le_bytes());
+            }
+        }
+        hasher.finalize().to_hex().to_string()
+    }
+}

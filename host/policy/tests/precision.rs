@@ -1,0 +1,89 @@
+//! bf16 against f32: the same checkpoint's logits agree within bf16's resolution, on the tiny
+//! model and on SmolLM2-135M (when setup fetched it), and `auto` picks bf16 only where the CPU
+//! computes it natively.
+
+mod common;
+
+use tch::{Device, Kind, Tensor};
+use toolsmith_policy::decoder::AttentionMask;
+use toolsmith_policy::{LoadOptions, Policy, Precision};
+
+const PROMPT: &str = "<|im_start|>user\nWhat is the population of the capital of Freedonia?<|im_end|>\n<|im_start|>assistant\n<plan>\nTask 1: find the capital";
+
+/// Log-probabilities over the vocabulary at every position of the prompt, in f32.
+fn log_probs(policy: &Policy) -> Tensor {
+    let ids = policy.tokenizer().encode(PROMPT).expect("encode");
+    let t = ids.len() as i64;
+    let input = Tensor::from_slice(&ids).view([1, t]);
+    let positions = Tensor::arange(t, (Kind::Int64, Device::Cpu)).unsqueeze(0);
+    tch::no_grad(|| {
+        let model = policy.model();
+        model
+            .logits(&model.forward(&input, &positions, &AttentionMask::Causal, None))
+            .to_kind(Kind::Float)
+            .log_softmax(-1, Kind::Float)
+    })
+}
+
+/// The largest log-prob difference over each position's 20 most likely tokens (f32's), and the
+/// share of positions whose top token agrees.
+fn compare(f32: &Policy, bf16: &Policy) -> (f64, f64) {
+    let (a, b) = (log_probs(f32), log_probs(bf16));
+    let (_, top) = a.topk(20, -1, true, true);
+    let diff = (a.gather(-1, &top, false) - b.gather(-1, &top, false)).abs().max().double_value(&[]);
+    let agree =
+        a.argmax(-1, false).eq_tensor(&b.argmax(-1, false)).to_kind(Kind::Float).mean(Kind::Float).double_value(&[]);
+    (diff, agree)
+}
+
+fn options(precision: Precision) -> LoadOptions {
+    LoadOptions { precision: Some(precision), ..Default::default() }
+}
+
+#[test]
+fn bf16_logits_stay_close_to_f32_on_the_tiny_model() {
+    common::one_thread();
+    let dir = tempfile::tempdir().expect("tempdir");
+    Policy::tiny(0, options(Precision::F32)).expect("tiny").save(dir.path()).expect("save");
+    let f32 = Policy::load(dir.path(), options(Precision::F32)).expect("f32");
+    let Ok(bf16) = Policy::load(dir.path(), options(Precision::Bf16)) else {
+        assert!(!toolsmith_policy::cpu_has_bf16(), "bf16 refused on a CPU that has it");
+        return;
+    };
+    assert_eq!(bf16.model().kind(), Kind::BFloat16);
+    let (diff, agree) = compare(&f32, &bf16);
+    eprintln!("tiny: max |log-prob difference| over the top 20: {diff:.3}, top-1 agreement {agree:.2}");
+    assert!(diff < 0.05 && agree >= 0.9, "bf16 drifts from f32: {diff}, {agree}");
+}
+
+#[test]
+fn bf16_logits_stay_close_to_f32_on_smollm2() {
+    common::one_thread();
+    let Ok(dir) = toolsmith_policy::locate("smollm2-135m") else {
+        eprintln!("SmolLM2 is not fetched here (./scripts/fetch-smollm2.sh); nothing to compare");
+        return;
+    };
+    let f32 = Policy::load(&dir, options(Precision::F32)).expect("f32");
+    let Ok(bf16) = Policy::load(&dir, options(Precision::Bf16)) else {
+        assert!(!toolsmith_policy::cpu_has_bf16(), "bf16 refused on a CPU that has it");
+        return;
+    };
+    let (diff, agree) = compare(&f32, &bf16);
+    eprintln!("SmolLM2: max |log-prob difference| over the top 20: {diff:.3}, top-1 agreement {agree:.2}");
+    assert!(diff < 0.75 && agree >= 0.85, "bf16 drifts from f32: {diff}, {agree}");
+}
+
+#[test]
+fn auto_picks_bf16_where_the_cpu_has_it_and_bf16_is_refused_where_it_does_not() {
+    let has = toolsmith_policy::cpu_has_bf16();
+    assert_eq!(Precision::auto(Device::Cpu), if has { Precision::Bf16 } else { Precision::F32 });
+    assert_eq!(LoadOptions::default().precision(), Precision::auto(Device::Cpu));
+    assert_eq!(Precision::F32.check(Device::Cpu).is_ok(), true);
+    match Precision::Bf16.check(Device::Cpu) {
+        Ok(()) => assert!(has),
+        Err(e) => {
+            assert!(!has);
+            assert!(e.to_string().contains("AVX512_BF16"), "{e}");
+        }
+    }
+}
