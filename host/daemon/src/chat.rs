@@ -68,7 +68,7 @@ impl Served {
         // An adapter for the served base is swapped alone: a few MB instead of the whole model.
         if toolsmith_policy::lora::has_adapter(dir) {
             let files = AdapterFiles::read(dir).map_err(|e| e.to_string())?;
-            let step = checkpoint_step(dir);
+            let step = checkpoint_step(dir).or(files.step());
             let mut current = toolsmith_contract::sync::lock(&shared);
             match current.apply_adapter(&files) {
                 Ok(()) => {

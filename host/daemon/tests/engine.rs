@@ -14,7 +14,12 @@ use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_agent::{Agent, AgentConfig, Mode, Trajectory};
 use toolsmith_daemon::chat::chat_router;
 use toolsmith_policy::tch;
-use toolsmith_policy::{LoadOptions, Policy};
+use toolsmith_policy::{LoadOptions, LoraConfig, Policy, Precision};
+
+/// f32: these tests are about tokens and weights agreeing exactly, not about precision.
+fn f32() -> LoadOptions {
+    LoadOptions { precision: Some(Precision::F32), ..Default::default() }
+}
 use toolsmith_train::metrics::{Record, read};
 use toolsmith_train::rl::config::EngineConfig;
 use toolsmith_train::rl::config::OldLogprobs;
@@ -24,7 +29,7 @@ use toolsmith_train::sequence::SequenceBuilder;
 
 /// Serves a tiny policy of `seed` on a free port; returns its base URL and the served policy.
 fn engine(runtime: &tokio::runtime::Runtime, seed: u64) -> (String, Arc<Mutex<Policy>>) {
-    let policy = Arc::new(Mutex::new(Policy::tiny(seed, LoadOptions::default()).expect("tiny")));
+    let policy = Arc::new(Mutex::new(Policy::tiny(seed, f32()).expect("tiny")));
     let app = chat_router(LocalBackend::shared(policy.clone(), "tiny"), "policy");
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -51,7 +56,7 @@ fn an_engine_samples_what_the_trainer_scores_once_the_weights_are_pushed() {
     let runtime = tokio::runtime::Runtime::new().expect("tokio");
     let (url, served) = engine(&runtime, 7);
     // The trainer's policy has other weights than the engine starts with.
-    let policy = Policy::tiny(0, LoadOptions::default()).expect("tiny");
+    let policy = Policy::tiny(0, f32()).expect("tiny");
     let engine = CompletionsBackend::new(&url, "policy", None, policy.tokenizer().clone()).expect("engine");
     let world = World::generate(WorldConfig { seed: 3, countries: 2, tasks_per_family: 1 });
     let corpus = Arc::new(Corpus::new(&world.documents()).expect("corpus"));
@@ -110,6 +115,7 @@ fn gap_on_engine(iterations: u64, engine: EngineConfig) -> RlConfig {
         lr: 1e-3,
         threads: 1,
         device: "cpu".into(),
+        precision: "f32".into(),
         engine: Some(engine),
         ..RlConfig::for_method(Method::GAP)
     }
@@ -224,4 +230,72 @@ fn the_engine_refuses_bad_requests_and_keeps_serving() {
     let logprobs = reply["choices"][0]["logprobs"]["token_logprobs"].as_array().expect("log-probs").len();
     assert!(ids >= 1 && ids == logprobs, "{reply}");
     assert_eq!(reply["toolsmith"]["step"], Value::from(0), "{reply}");
+}
+
+/// Logits of a fixed prompt.
+fn logits(policy: &Policy) -> tch::Tensor {
+    let ids = [5_i64, 17, 99, 3, 42, 8];
+    let input = tch::Tensor::from_slice(&ids).view([1, 6]);
+    let positions = tch::Tensor::arange(6, (tch::Kind::Int64, tch::Device::Cpu)).unsqueeze(0);
+    let model = policy.model();
+    tch::no_grad(|| {
+        model.logits(&model.forward(&input, &positions, &toolsmith_policy::decoder::AttentionMask::Causal, None))
+    })
+}
+
+/// A LoRA adapter on the tiny model of `seed`, with nonzero `B` (as after training), at `step`.
+fn adapted(seed: u64, step: u64) -> Policy {
+    let mut policy = Policy::tiny(seed, f32()).expect("tiny");
+    let config =
+        LoraConfig { rank: 4, alpha: 8.0, dropout: 0.0, target_modules: vec!["q_proj".into(), "v_proj".into()] };
+    policy.add_lora(&config, 1).expect("lora");
+    tch::manual_seed(step as i64);
+    for (name, mut var) in policy.trained_variables() {
+        if name.contains("lora_B") {
+            tch::no_grad(|| var.copy_(&(tch::Tensor::randn(var.size(), (tch::Kind::Float, tch::Device::Cpu)) * 0.05)));
+        }
+    }
+    policy.state_mut().step = step;
+    policy
+}
+
+#[test]
+fn the_served_policy_swaps_lora_adapters_without_reloading_its_base() {
+    tch::set_num_threads(1);
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let (url, served) = engine(&runtime, 0);
+    let tokenizer = served.lock().expect("served").tokenizer().clone();
+    let engine = CompletionsBackend::new(&url, "policy", None, tokenizer).expect("engine");
+    let base_storage = |p: &Policy| p.var_store().variables()["model.embed_tokens.weight"].data_ptr() as usize;
+    let before = base_storage(&served.lock().expect("served"));
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // An adapter alone (PEFT's files): swapped in, the base's tensors untouched.
+    let trained = adapted(0, 3);
+    trained.save_adapter(&dir.path().join("adapter")).expect("save adapter");
+    let reply = runtime.block_on(engine.update_weights(&dir.path().join("adapter"))).expect("swap");
+    assert_eq!(reply["toolsmith"]["step"], 3, "{reply}");
+    {
+        let served = served.lock().expect("served");
+        assert!(served.lora().is_some());
+        assert_eq!(base_storage(&served), before, "the base was reloaded");
+        assert!((logits(&served) - logits(&trained)).abs().max().double_value(&[]) < 1e-6);
+    }
+    // A training checkpoint (base + adapter) of the same base: the adapter alone is swapped.
+    let later = adapted(0, 5);
+    later.save(&dir.path().join("checkpoint")).expect("save checkpoint");
+    let reply = runtime.block_on(engine.update_weights(&dir.path().join("checkpoint"))).expect("swap");
+    assert_eq!(reply["toolsmith"]["step"], 5, "{reply}");
+    {
+        let served = served.lock().expect("served");
+        assert_eq!(base_storage(&served), before, "the base was reloaded");
+        assert!((logits(&served) - logits(&later)).abs().max().double_value(&[]) < 1e-6);
+    }
+    // An adapter trained on another base is refused; the served adapter stays.
+    adapted(1, 9).save_adapter(&dir.path().join("foreign")).expect("save adapter");
+    let err = runtime.block_on(engine.update_weights(&dir.path().join("foreign"))).expect_err("another base");
+    assert!(err.to_string().contains("another base"), "{err}");
+    let served = served.lock().expect("served");
+    assert_eq!(served.state().step, 5);
+    assert!((logits(&served) - logits(&later)).abs().max().double_value(&[]) < 1e-6);
 }

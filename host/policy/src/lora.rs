@@ -164,6 +164,8 @@ pub struct AdapterFiles {
     fingerprint: Option<String>,
     /// Where the base came from, as recorded.
     base: String,
+    /// The training step the adapter was saved at, when Toolsmith wrote it.
+    step: Option<u64>,
     dir: std::path::PathBuf,
 }
 
@@ -178,10 +180,12 @@ impl AdapterFiles {
         let tensors = Tensor::read_safetensors(&weights)
             .map_err(|e| PolicyError::checkpoint(&weights, format!("unreadable safetensors: {e}")))?;
         let base_path = dir.join(ADAPTER_BASE);
+        let mut step = None;
         let fingerprint = if base_path.is_file() {
             let text = std::fs::read_to_string(&base_path).map_err(|e| PolicyError::io(&base_path, e))?;
             let json: Value = serde_json::from_str(&text)
                 .map_err(|e| PolicyError::checkpoint(&base_path, format!("invalid JSON: {e}")))?;
+            step = json.get("step").and_then(Value::as_u64);
             Some(
                 json.get("base_fingerprint")
                     .and_then(Value::as_str)
@@ -196,11 +200,16 @@ impl AdapterFiles {
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or_default();
         let base = peft.get("base_model_name_or_path").and_then(Value::as_str).unwrap_or_default().to_owned();
-        Ok(Self { config, tensors, fingerprint, base, dir: dir.to_owned() })
+        Ok(Self { config, tensors, fingerprint, base, step, dir: dir.to_owned() })
     }
 
     pub fn config(&self) -> &LoraConfig {
         &self.config
+    }
+
+    /// The training step it was saved at, when recorded.
+    pub fn step(&self) -> Option<u64> {
+        self.step
     }
 }
 
@@ -321,7 +330,7 @@ impl Policy {
         crate::checkpoint::write_json(&dir.join(ADAPTER_CONFIG), &adapter.config.peft_json(&modules, &adapter.base))?;
         crate::checkpoint::write_json(
             &dir.join(ADAPTER_BASE),
-            &serde_json::json!({ "base_fingerprint": self.base_fingerprint() }),
+            &serde_json::json!({ "base_fingerprint": self.base_fingerprint(), "step": self.state().step }),
         )
     }
 

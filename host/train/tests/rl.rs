@@ -848,3 +848,60 @@ fn only_the_listed_settings_may_change_on_resume() {
     assert_eq!(changed_fields(&near, &json!({"engine": {"urls": 2}}), &free), vec!["engine.urls"]);
     assert_eq!(changed_fields(&saved, &saved, &free), Vec::<String>::new());
 }
+
+#[test]
+fn rl_with_lora_trains_the_adapters_against_the_base_as_reference() {
+    use toolsmith_train::metrics::{Record, read};
+    use toolsmith_train::rl::Method;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let lora = |c: &mut toolsmith_train::rl::RlConfig| {
+        c.eval = None;
+        c.precision = "f32".into();
+        c.lr = 1e-2;
+        c.loss.kl_coef = 0.5;
+        c.lora = Some(toolsmith_policy::LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            dropout: 0.0,
+            target_modules: vec!["all-linear".into()],
+        });
+    };
+    let mut trainer = tiny_rl_with(&out, 2, false, Method::SEARL, lora).expect("prepare");
+    trainer.run(&mut |_| {}).expect("trains");
+    let p = trainer.policy();
+    let policy = p.lock().expect("policy");
+    assert!(policy.lora().is_some());
+    // The base under the adapters never moved.
+    let start = toolsmith_policy::Policy::tiny(
+        0,
+        toolsmith_policy::LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() },
+    )
+    .expect("tiny");
+    let before = start.var_store().variables();
+    for (name, w) in policy.var_store().variables() {
+        assert_eq!((w - &before[&name]).abs().max().double_value(&[]), 0.0, "{name} is frozen yet moved");
+    }
+    // The adapters did, and the KL to the base (adapters off) is measured from the second
+    // iteration on (the first update starts at the base: B is zero).
+    let moved =
+        policy.trained_variables().iter().any(|(n, v)| n.contains("lora_B") && v.abs().max().double_value(&[]) > 0.0);
+    assert!(moved, "the adapters did not train");
+    let kls: Vec<f64> = read(&out.join("metrics.jsonl"))
+        .expect("metrics")
+        .iter()
+        .filter_map(|r| if let Record::Iteration(m) = r { Some(m.kl) } else { None })
+        .collect();
+    assert_eq!(kls.len(), 2);
+    assert!(kls.iter().all(|k| k.is_finite() && *k >= 0.0), "{kls:?}");
+    // The reference is the trained policy with its adapters off: exactly the starting model.
+    drop(policy);
+    let sequence = toolsmith_policy::TokenSequence::completion(&[5, 6, 7, 8], &[9, 10, 11]);
+    let score = |p: &toolsmith_policy::Policy| {
+        p.score(std::slice::from_ref(&sequence), false).expect("score").logprobs.to_kind(Kind::Double)
+    };
+    let mut policy = p.lock().expect("policy");
+    policy.set_adapters_enabled(false);
+    assert_eq!((score(&policy) - score(&start)).abs().max().double_value(&[]), 0.0);
+    policy.set_adapters_enabled(true);
+}
