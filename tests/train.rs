@@ -194,6 +194,42 @@ fn bad_data_and_configs_name_the_file_and_line() {
     std::fs::write(&config, "step = 3\n").expect("write");
     let err = failed(&run(&args));
     assert!(err.contains("unknown field `step`") && err.contains("short.toml"), "{err}");
+
+    // Settings that cannot work are refused before any work, and nothing is written.
+    let data = data.to_str().expect("utf-8");
+    let refused = dir.path().join("refused");
+    let refused_str = refused.to_str().expect("utf-8");
+    let lora = dir.path().join("lora.toml");
+    std::fs::write(&lora, "[lora]\nrank = 4\ntarget_modules = [\"q_proj\", \"attn\"]\n").expect("write");
+    let cases: [(&[&str], &str); 3] = [
+        (&["--config", lora.to_str().expect("utf-8")], "no module \"attn\""),
+        (&["--lora-rank", "0"], "rank must be at least 1"),
+        (&["--trainable-layers", "9"], "trainable_layers must be between 1 and the model's 4 layers"),
+    ];
+    for (extra, expected) in cases {
+        let mut args = sft_args(data, refused_str);
+        args.extend(extra);
+        let err = failed(&run(&args));
+        assert!(err.contains(expected), "{extra:?}: {err}");
+        assert!(!refused.exists(), "{extra:?}: a refused run wrote {}", refused.display());
+    }
+    let both = failed(&run(&[sft_args(data, refused_str), vec!["--lora-rank", "4", "--trainable-layers", "2"]].concat()));
+    assert!(both.contains("--trainable-layers") || both.contains("exclude"), "{both}");
+    // bf16 on a CPU that would emulate it (detection overridden to "no").
+    let cfg = dir.path().join("bf16.toml");
+    std::fs::write(&cfg, "precision = \"bf16\"\n").expect("write");
+    let mut args = sft_args(data, refused_str);
+    args.extend(["--config", cfg.to_str().expect("utf-8")]);
+    let err = failed(&toolsmith().args(&args).env("TOOLSMITH_CPU_BF16", "0").output().expect("run toolsmith"));
+    assert!(err.contains("neither AVX512_BF16 nor AMX"), "{err}");
+    assert!(!refused.exists());
+    // ... while `auto` falls back to f32 there and trains.
+    std::fs::write(&cfg, "precision = \"auto\"\n").expect("write");
+    let out = toolsmith().args(&args).env("TOOLSMITH_CPU_BF16", "0").output().expect("run toolsmith");
+    ok(&out);
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(refused.join("final/toolsmith-state.json")).expect("state"))
+        .expect("json");
+    assert_eq!(state["precision"], "f32");
 }
 
 #[test]
