@@ -213,7 +213,8 @@ fn bad_data_and_configs_name_the_file_and_line() {
         assert!(err.contains(expected), "{extra:?}: {err}");
         assert!(!refused.exists(), "{extra:?}: a refused run wrote {}", refused.display());
     }
-    let both = failed(&run(&[sft_args(data, refused_str), vec!["--lora-rank", "4", "--trainable-layers", "2"]].concat()));
+    let both =
+        failed(&run(&[sft_args(data, refused_str), vec!["--lora-rank", "4", "--trainable-layers", "2"]].concat()));
     assert!(both.contains("--trainable-layers") || both.contains("exclude"), "{both}");
     // bf16 on a CPU that would emulate it (detection overridden to "no").
     let cfg = dir.path().join("bf16.toml");
@@ -227,8 +228,9 @@ fn bad_data_and_configs_name_the_file_and_line() {
     std::fs::write(&cfg, "precision = \"auto\"\n").expect("write");
     let out = toolsmith().args(&args).env("TOOLSMITH_CPU_BF16", "0").output().expect("run toolsmith");
     ok(&out);
-    let state: Value = serde_json::from_str(&std::fs::read_to_string(refused.join("final/toolsmith-state.json")).expect("state"))
-        .expect("json");
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(refused.join("final/toolsmith-state.json")).expect("state"))
+            .expect("json");
     assert_eq!(state["precision"], "f32");
 }
 

@@ -78,7 +78,7 @@ fn auto_picks_bf16_where_the_cpu_has_it_and_bf16_is_refused_where_it_does_not() 
     let has = toolsmith_policy::cpu_has_bf16();
     assert_eq!(Precision::auto(Device::Cpu), if has { Precision::Bf16 } else { Precision::F32 });
     assert_eq!(LoadOptions::default().precision(), Precision::auto(Device::Cpu));
-    assert_eq!(Precision::F32.check(Device::Cpu).is_ok(), true);
+    assert!(Precision::F32.check(Device::Cpu).is_ok());
     match Precision::Bf16.check(Device::Cpu) {
         Ok(()) => assert!(has),
         Err(e) => {

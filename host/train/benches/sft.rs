@@ -5,6 +5,11 @@
 //! comparison means nothing).
 //!
 //!   cargo bench -p toolsmith-train --bench sft [-- --threads N --steps S --rounds R]
+//!       [--init tiny|smollm2-135m|DIR] [--precision f32|bf16] [--trainable-layers N]
+//!       [--lora-rank R] [--batch-tokens T] [--micro-batch-tokens T]
+//!
+//! With LoRA both sides start from the same adapter (ours, saved as PEFT saves it), without
+//! dropout, so their losses can be compared.
 //!
 //! Needs the reference venv (scripts/torch-reference-env.sh; created on first use).
 
@@ -24,8 +29,22 @@ use toolsmith_train::metrics::{Record, read};
 use toolsmith_train::sft;
 
 fn arg(name: &str, default: usize) -> usize {
+    text(name).map_or(default, |v| v.parse().expect("a number"))
+}
+
+fn text(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
-    args.windows(2).find(|w| w[0] == name).map_or(default, |w| w[1].parse().expect("a number"))
+    args.windows(2).find(|w| w[0] == name).map(|w| w[1].clone())
+}
+
+/// Peak resident memory of this process so far (Linux), in MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -38,20 +57,35 @@ fn main() {
     let python = common::reference_python();
     let script = common::repo_root().join("host/train/benches/sft_reference.py");
     let tools = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
+    let defaults = SftConfig::default();
+    let lora = text("--lora-rank").map(|r| {
+        let rank: i64 = r.parse().expect("a rank");
+        toolsmith_policy::LoraConfig { rank, alpha: 2.0 * rank as f64, dropout: 0.0, ..Default::default() }
+    });
     let config = SftConfig {
         data: DataConfig {
             files: Vec::new(),
             worlds: WorldsData { seeds: vec![1], countries: 6, tasks_per_family: 4, styles: Mode::ALL.to_vec() },
         },
+        init: text("--init").unwrap_or(defaults.init.clone()),
+        precision: text("--precision").unwrap_or_else(|| "f32".into()),
+        trainable_layers: text("--trainable-layers").map(|n| n.parse().expect("a layer count")),
+        lora: lora.clone(),
+        batch_tokens: arg("--batch-tokens", defaults.batch_tokens),
+        micro_batch_tokens: arg("--micro-batch-tokens", defaults.micro_batch_tokens),
         steps: Some(steps),
         device: "cpu".into(),
         threads,
         eval: None,
         checkpoint_every: steps,
-        ..SftConfig::default()
+        ..defaults
     };
     println!(
-        "SFT step loop, tiny policy, {threads} thread(s), {steps} steps of {} tokens, {rounds} rounds",
+        "SFT step loop, {} ({}, trainable_layers {:?}, lora rank {:?}), {threads} thread(s), {steps} steps of {} tokens, {rounds} rounds",
+        config.init,
+        config.precision,
+        config.trainable_layers,
+        lora.as_ref().map(|l| l.rank),
         config.batch_tokens
     );
     let (mut ours, mut theirs, mut max_diff) = (Vec::new(), Vec::new(), 0.0_f64);
@@ -59,7 +93,14 @@ fn main() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut trainer = sft::prepare(config.clone(), &dir.path().join("run"), false, &tools).expect("prepare");
         let init = dir.path().join("init");
-        trainer.policy().lock().expect("policy").save(&init).expect("save");
+        let adapter = dir.path().join("adapter");
+        {
+            let policy = trainer.policy();
+            let policy = policy.lock().expect("policy");
+            // The reference loads the base in fp32 and casts for itself (autocast).
+            policy.save_merged(&init).expect("save");
+            policy.save_adapter(&adapter).expect("save adapter");
+        }
         let schedule = trainer.schedule();
         let plan: Vec<Value> = trainer
             .batch_plan(steps)
@@ -80,15 +121,22 @@ fn main() {
             .collect();
         let pad = trainer.policy().lock().expect("policy").tokenizer().pad_id();
         let o = config.optimizer;
+        let lora_json = lora.as_ref().map(|l| {
+            json!({"rank": l.rank, "alpha": l.alpha, "dropout": l.dropout,
+                   "target_modules": l.normalized().expect("valid").target_modules, "adapter": adapter})
+        });
         let plan = json!({
             "pad_id": pad,
             "config": {"lr": config.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
-                       "weight_decay": o.weight_decay, "max_grad_norm": config.max_grad_norm},
+                       "weight_decay": o.weight_decay, "max_grad_norm": config.max_grad_norm,
+                       "precision": config.precision, "trainable_layers": config.trainable_layers,
+                       "lora": lora_json},
             "steps": plan,
         });
         let plan_path = dir.path().join("plan.json");
         std::fs::write(&plan_path, plan.to_string()).expect("plan");
         trainer.run(&mut |_| {}).expect("trains");
+        let our_rss = peak_rss_mib();
         let records = read(&dir.path().join("run/metrics.jsonl")).expect("metrics");
         let steps_ours: Vec<(f64, f64)> = records
             .iter()
@@ -110,7 +158,14 @@ fn main() {
             max_diff = max_diff.max((a - b).abs());
         }
         let (a, b) = (median(steps_ours[1..].iter().map(|s| s.1).collect()), median(ref_rates[1..].to_vec()));
-        println!("round {}: ours {a:.0} tokens/s, PyTorch {b:.0} tokens/s, ratio {:.2}", round + 1, a / b);
+        let their_rss = reference["peak_rss_kib"].as_f64().unwrap_or(f64::NAN) / 1024.0;
+        println!(
+            "round {}: ours {a:.0} tokens/s, PyTorch {b:.0} tokens/s, ratio {:.2}; peak RSS ours {our_rss:.0} MiB (this process), PyTorch {their_rss:.0} MiB; losses ours {:?}, PyTorch {:?}",
+            round + 1,
+            a / b,
+            steps_ours.iter().map(|s| (s.0 * 1e4).round() / 1e4).collect::<Vec<_>>(),
+            ref_losses.iter().map(|l| (l * 1e4).round() / 1e4).collect::<Vec<_>>()
+        );
         ours.push(a);
         theirs.push(b);
     }

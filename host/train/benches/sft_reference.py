@@ -15,7 +15,9 @@ Optional keys of the plan's "config" (absent or null: full fp32 training, as bef
                                    layers are frozen.
   "lora": {"rank": r, "alpha": a, "dropout": d, "target_modules": [...]}
                                    PEFT LoRA adapters on the named modules (no bias); only the
-                                   adapters train, with weight decay like other matrices.
+                                   adapters train, with weight decay like other matrices. With
+                                   "adapter": DIR, the initial adapter is read from DIR (PEFT's
+                                   layout), so both sides start from the same A.
 """
 import contextlib
 import json
@@ -39,8 +41,10 @@ def freeze_below(model, n):
 
 
 def with_lora(model, lora):
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
 
+    if lora.get("adapter"):
+        return PeftModel.from_pretrained(model, lora["adapter"], is_trainable=True)
     config = LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"], lora_dropout=lora.get("dropout", 0.0),
                         target_modules=list(lora["target_modules"]), bias="none", task_type="CAUSAL_LM")
     return get_peft_model(model, config)

@@ -35,7 +35,10 @@ fn episodes(policy: &Arc<Mutex<Policy>>, mode: Mode, seed: u64, temperature: f64
 #[test]
 fn the_trainer_recomputes_the_behaviour_log_probs_of_sampled_episodes() {
     tch::set_num_threads(1);
-    let policy = Arc::new(Mutex::new(Policy::tiny(11, LoadOptions::default()).expect("tiny policy")));
+    let policy = Arc::new(Mutex::new(
+        Policy::tiny(11, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
+            .expect("tiny policy"),
+    ));
     let guard = policy.lock().expect("policy");
     let builder = SequenceBuilder::for_policy(&guard).expect("builder");
     drop(guard);
@@ -84,7 +87,10 @@ fn the_trainer_recomputes_the_behaviour_log_probs_of_sampled_episodes() {
 #[test]
 fn tokens_sampled_at_a_temperature_rescore_to_their_behaviour_log_probs() {
     tch::set_num_threads(1);
-    let policy = Arc::new(Mutex::new(Policy::tiny(11, LoadOptions::default()).expect("tiny policy")));
+    let policy = Arc::new(Mutex::new(
+        Policy::tiny(11, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
+            .expect("tiny policy"),
+    ));
     let builder = SequenceBuilder::for_policy(&policy.lock().expect("policy")).expect("builder");
     let (mut scored, mut max_diff, mut untempered) = (0, 0.0_f64, 0.0_f64);
     for (mode, seed) in [(Mode::Gap, 4), (Mode::React, 5)] {
