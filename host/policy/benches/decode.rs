@@ -4,7 +4,7 @@
 //! The ratio is ours (bf16 where the CPU has it) over transformers at its fastest dtype.
 //!
 //!   cargo bench --profile dev -p toolsmith-policy --bench decode [-- --model smollm2-135m
-//!       --threads N --rounds R --new-tokens K --generations G]
+//!       --threads N --rounds R --new-tokens K --generations G --ours-only]
 //!
 //! Each round measures every configuration of both sides back to back; medians over rounds.
 //! Needs the reference venv (scripts/torch-reference-env.sh; created on first use).
@@ -73,7 +73,8 @@ fn main() {
                     .collect();
                 results.entry(("ours".into(), precision.hf_name().into(), batch)).or_default().push(median(rates));
             }
-            for dtype in ["float32", "bfloat16"] {
+            let reference = if std::env::args().any(|a| a == "--ours-only") { &[][..] } else { &["float32", "bfloat16"][..] };
+            for &dtype in reference {
                 let out = Command::new(&python)
                     .arg(&script)
                     .arg("bench")
