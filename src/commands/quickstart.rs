@@ -80,6 +80,7 @@ pub fn run(env: &Env) -> Result<ExitCode> {
     serve_section(env)?;
     policy_section(env)?;
     agent_section(env)?;
+    pretrained_section(env)?;
     training_section(env)?;
     rl_section(env)?;
     daemon_training_section(env)?;
@@ -632,6 +633,147 @@ fn agent_section(env: &Env) -> Result<()> {
         reply.0, reply.1.usage.prompt_tokens, reply.1.usage.completion_tokens, reply.1.finish_reason
     );
     println!("  serve it: toolsmith serve --http 127.0.0.1:8750 --policy DIR; evaluate: toolsmith eval --mode gap");
+    Ok(())
+}
+
+/// SmolLM2-135M-Instruct, the policy users train: bf16 where the CPU computes it, a held-out
+/// question before and after a few LoRA steps, the adapter saved as PEFT saves it and swapped
+/// into a served policy without reloading the base.
+fn pretrained_section(env: &Env) -> Result<()> {
+    use std::sync::{Arc, Mutex};
+
+    use toolsmith_agent::backend::{GenerateOptions, LocalBackend};
+    use toolsmith_agent::env::{Corpus, Family, World, WorldConfig};
+    use toolsmith_agent::tools::{Executor, LocalTools};
+    use toolsmith_agent::{Agent, AgentConfig, Mode, ToolFormat, Trajectory};
+    use toolsmith_daemon::chat::Served;
+
+    const STEPS: u64 = 8;
+    use toolsmith_policy::{LoadOptions, LoraConfig, Policy};
+    use toolsmith_train::config::{DataConfig, SftConfig, WorldsData};
+    use toolsmith_train::sft::{self, Event};
+
+    println!(
+        "
+the pretrained policy (SmolLM2-135M-Instruct; `--policy smollm2-135m`, `--init smollm2-135m`):"
+    );
+    let dir = match toolsmith_policy::locate("smollm2-135m") {
+        Ok(dir) => dir,
+        Err(e) => {
+            println!("  skipped: {e}");
+            return Ok(());
+        }
+    };
+    // Both cores for this section (the sections before ran one libtorch thread).
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    toolsmith_policy::set_threads(threads);
+    let started = Instant::now();
+    let policy = Policy::load(&dir, LoadOptions::default())?;
+    println!(
+        "  loaded            -> {:.1} M parameters in {:?} (precision auto: bf16 where the CPU has AVX512_BF16 or AMX) in {}",
+        policy.state().parameters as f64 / 1e6,
+        policy.state().precision,
+        ms(started.elapsed())
+    );
+    let shared = Arc::new(Mutex::new(policy));
+    let served = Served::new(LocalBackend::shared(shared.clone(), "smollm2-135m"));
+
+    // A world none of the training data comes from: new names, new facts.
+    let world = World::generate(WorldConfig { seed: 101, countries: 2, tasks_per_family: 1 });
+    let task = world.tasks().into_iter().find(|t| t.family == Family::SingleHop).context("a single-hop task")?;
+    let corpus = Arc::new(Corpus::new(&world.documents())?);
+    let tools: Arc<dyn Executor> = Arc::new(LocalTools::new().with_corpus(corpus));
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // The brief tool listing: a third of the compact one's tokens, so a 2,048-token batch holds
+    // more traces and each turn prefills less.
+    let config = AgentConfig {
+        mode: Mode::React,
+        max_turns: 2,
+        generate: GenerateOptions { max_tokens: 48, temperature: 0.0, ..GenerateOptions::default() },
+        tool_format: ToolFormat::Brief,
+        ..AgentConfig::default()
+    };
+    let attempt = |label: &str| -> Result<()> {
+        let agent =
+            Agent::new(Arc::new(LocalBackend::shared(shared.clone(), "smollm2-135m")), tools.clone(), config.clone());
+        let t: Trajectory = runtime.block_on(agent.run(&task.question));
+        let calls: Vec<String> =
+            t.steps.iter().flat_map(|s| s.calls.iter().map(|c| format!("{}({})", c.name, c.arguments))).collect();
+        let first = t.steps.first().map_or(String::new(), |s| clip(&s.text.replace('\n', " "), 60));
+        let found = t.steps.iter().any(|s| task.golden_answers.iter().any(|g| s.observation.contains(g.as_str())));
+        println!(
+            "  {label:<17} -> {first:?}\n  {:<17}    tool calls [{}]; the answer in an observation: {}; answered {:?} (expected {:?})",
+            "",
+            calls.join(", "),
+            if found { "yes" } else { "no" },
+            t.answer.as_deref().unwrap_or("nothing"),
+            task.golden_answers.first().map(String::as_str).unwrap_or("")
+        );
+        Ok(())
+    };
+    println!("  held-out question -> {:?} (world 101, never trained on)", task.question);
+    attempt("untrained")?;
+
+    let out = env.policy_dir().with_file_name("quickstart-lora");
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
+    }
+    let lora = LoraConfig { rank: 16, alpha: 32.0, dropout: 0.0, target_modules: vec!["all-linear".into()] };
+    let sft_config = SftConfig {
+        init: dir.to_string_lossy().into_owned(),
+        data: DataConfig {
+            files: Vec::new(),
+            worlds: WorldsData { seeds: vec![1], countries: 4, tasks_per_family: 4, styles: vec![Mode::React] },
+        },
+        tool_format: ToolFormat::Brief,
+        lora: Some(lora),
+        steps: Some(STEPS),
+        lr: 3e-3,
+        warmup_ratio: 0.0,
+        batch_tokens: 2048,
+        micro_batch_tokens: 2048,
+        eval: None,
+        checkpoint_every: STEPS,
+        ..SftConfig::default()
+    };
+    let tools_for = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
+    let started = Instant::now();
+    let mut trainer = sft::prepare(sft_config, &out, false, &tools_for)?;
+    let trained = {
+        let policy = trainer.policy();
+        let policy = toolsmith_contract::sync::lock(&policy);
+        policy.trained_variables().values().map(|t| t.numel() as f64).sum::<f64>() / policy.state().parameters as f64
+    };
+    let (mut losses, mut rates) = (Vec::new(), Vec::new());
+    let final_dir = trainer.run(&mut |e| {
+        if let Event::Step(toolsmith_train::metrics::Record::Train(m)) = e {
+            losses.push(m.loss);
+            rates.push(m.tokens_per_sec);
+        }
+    })?;
+    rates.sort_by(f64::total_cmp);
+    println!(
+        "  LoRA SFT          -> rank 16 on every linear layer ({:.1}% of the weights train); {} steps of 2,048 tokens of world 1's traces: loss {:.2} -> {:.2}, {:.0} tokens/s, {}",
+        100.0 * trained,
+        losses.len(),
+        losses.first().copied().unwrap_or_default(),
+        losses.last().copied().unwrap_or_default(),
+        rates.get(rates.len() / 2).copied().unwrap_or_default(),
+        ms(started.elapsed())
+    );
+    let adapter = final_dir.join("adapter");
+    let started = Instant::now();
+    let step = served.swap(&adapter).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "  adapter           -> {} (PEFT's files), swapped into the served policy at step {step} in {}: the base is not reloaded",
+        adapter.display(),
+        ms(started.elapsed())
+    );
+    attempt(&format!("after {STEPS} steps"))?;
+    toolsmith_policy::set_threads(1);
+    println!(
+        "  try it: toolsmith train sft --init smollm2-135m --lora-rank 16 --out runs/smol   (EM on held-out worlds: BENCHMARKS.md)"
+    );
     Ok(())
 }
 

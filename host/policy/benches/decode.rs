@@ -73,7 +73,8 @@ fn main() {
                     .collect();
                 results.entry(("ours".into(), precision.hf_name().into(), batch)).or_default().push(median(rates));
             }
-            let reference = if std::env::args().any(|a| a == "--ours-only") { &[][..] } else { &["float32", "bfloat16"][..] };
+            let reference =
+                if std::env::args().any(|a| a == "--ours-only") { &[][..] } else { &["float32", "bfloat16"][..] };
             for &dtype in reference {
                 let out = Command::new(&python)
                     .arg(&script)
