@@ -18,8 +18,9 @@ fn logits(policy: &Policy, ids: &[i64]) -> Tensor {
     tch::no_grad(|| model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None))).to_kind(Kind::Float)
 }
 
+/// In f32, the precision the tests save in, so a round trip is exact.
 fn load(dir: &Path) -> Result<Policy, PolicyError> {
-    Policy::load(dir, LoadOptions::default())
+    Policy::load(dir, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
 }
 
 fn error_text(dir: &Path) -> String {
