@@ -29,7 +29,10 @@ fn ids(c: &Completion) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_join_a_running_batch_and_answer_as_alone() {
-    let policy = Arc::new(Mutex::new(Policy::tiny(3, LoadOptions::default()).expect("tiny policy")));
+    let policy = Arc::new(Mutex::new(
+        Policy::tiny(3, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
+            .expect("tiny policy"),
+    ));
     let alone = LocalBackend::shared(policy.clone(), "tiny");
     let mut expected = Vec::new();
     for (i, q) in QUESTIONS.iter().enumerate() {

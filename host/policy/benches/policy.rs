@@ -54,16 +54,6 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-/// Peak resident set size of this process, MiB (Linux `VmHWM`).
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 fn main() {
     let o = options();
     toolsmith_policy::set_threads(o.threads);
@@ -136,7 +126,7 @@ fn main() {
         py_generate.push(number("generate_tokens_per_sec"));
         py_peak = number("peak_rss_mib");
     }
-    let ours_peak = peak_rss_mib();
+    let ours_peak = common::peak_rss_mib();
     let ratios =
         |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| format!("{:.2}", x / y)).collect::<Vec<_>>().join(", ");
     let train_ratios = ratios(&ours_train, &py_train);

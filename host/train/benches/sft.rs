@@ -37,16 +37,6 @@ fn text(name: &str) -> Option<String> {
     args.windows(2).find(|w| w[0] == name).map(|w| w[1].clone())
 }
 
-/// Peak resident memory of this process so far (Linux), in MiB.
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kib| kib / 1024.0)
-}
-
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -136,7 +126,7 @@ fn main() {
         let plan_path = dir.path().join("plan.json");
         std::fs::write(&plan_path, plan.to_string()).expect("plan");
         trainer.run(&mut |_| {}).expect("trains");
-        let our_rss = peak_rss_mib();
+        let our_rss = common::peak_rss_mib();
         let records = read(&dir.path().join("run/metrics.jsonl")).expect("metrics");
         let steps_ours: Vec<(f64, f64)> = records
             .iter()

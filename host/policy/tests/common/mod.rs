@@ -37,3 +37,13 @@ pub fn tiny(seed: u64) -> Policy {
     one_thread();
     Policy::tiny(seed, LoadOptions { precision: Some(Precision::F32), ..Default::default() }).expect("tiny policy")
 }
+
+/// Peak resident set size of this process, MiB (Linux `VmHWM`).
+pub fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
