@@ -68,7 +68,8 @@ impl Served {
         // An adapter for the served base is swapped alone: a few MB instead of the whole model.
         if toolsmith_policy::lora::has_adapter(dir) {
             let files = AdapterFiles::read(dir).map_err(|e| e.to_string())?;
-            let step = checkpoint_step(dir).or(files.step());
+            // A checkpoint's adapter records the step its state does.
+            let step = files.step();
             let mut current = toolsmith_contract::sync::lock(&shared);
             match current.apply_adapter(&files) {
                 Ok(()) => {
@@ -102,12 +103,6 @@ impl Served {
         *toolsmith_contract::sync::lock(&shared) = fresh;
         Ok(step)
     }
-}
-
-/// The step a checkpoint's `toolsmith-state.json` records, if any.
-fn checkpoint_step(dir: &std::path::Path) -> Option<u64> {
-    let text = std::fs::read_to_string(dir.join(toolsmith_policy::checkpoint::STATE_FILE)).ok()?;
-    serde_json::from_str::<serde_json::Value>(&text).ok()?.get("step")?.as_u64()
 }
 
 #[derive(Clone, Debug)]

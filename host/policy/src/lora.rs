@@ -113,8 +113,8 @@ impl LoraConfig {
         })
     }
 
-    /// Reads PEFT's `adapter_config.json`.
-    fn from_peft(path: &Path) -> Result<Self, PolicyError> {
+    /// Reads PEFT's `adapter_config.json`: the configuration and the base it names.
+    fn from_peft(path: &Path) -> Result<(Self, String), PolicyError> {
         let text = std::fs::read_to_string(path).map_err(|e| PolicyError::io(path, e))?;
         let json: Value =
             serde_json::from_str(&text).map_err(|e| PolicyError::checkpoint(path, format!("invalid JSON: {e}")))?;
@@ -137,12 +137,14 @@ impl LoraConfig {
             Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
             _ => return Err(PolicyError::checkpoint(path, "\"target_modules\" is missing")),
         };
-        Ok(Self {
+        let config = Self {
             rank: number("r")? as i64,
             alpha: number("lora_alpha")?,
             dropout: field("lora_dropout").and_then(Value::as_f64).unwrap_or(0.0),
             target_modules,
-        })
+        };
+        let base = field("base_model_name_or_path").and_then(Value::as_str).unwrap_or_default().to_owned();
+        Ok((config, base))
     }
 }
 
@@ -172,7 +174,7 @@ pub struct AdapterFiles {
 impl AdapterFiles {
     /// Reads the adapter in `dir`.
     pub fn read(dir: &Path) -> Result<Self, PolicyError> {
-        let config = LoraConfig::from_peft(&dir.join(ADAPTER_CONFIG))?;
+        let (config, base) = LoraConfig::from_peft(&dir.join(ADAPTER_CONFIG))?;
         let weights = dir.join(ADAPTER_WEIGHTS);
         if !weights.is_file() {
             return Err(PolicyError::checkpoint(&weights, "missing adapter weights"));
@@ -195,11 +197,6 @@ impl AdapterFiles {
         } else {
             None
         };
-        let peft: Value = std::fs::read_to_string(dir.join(ADAPTER_CONFIG))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-        let base = peft.get("base_model_name_or_path").and_then(Value::as_str).unwrap_or_default().to_owned();
         Ok(Self { config, tensors, fingerprint, base, step, dir: dir.to_owned() })
     }
 
@@ -244,8 +241,10 @@ impl Policy {
 
     /// Turns the adapters off (the base model alone) or back on. No-op without adapters.
     pub fn set_adapters_enabled(&mut self, enabled: bool) {
-        self.model.set_adapters_enabled(enabled);
-        self.touch();
+        if self.adapter.is_some() {
+            self.model.set_adapters_enabled(enabled);
+            self.touch();
+        }
     }
 
     /// Applies an adapter read by [`AdapterFiles::read`]: checked against this base (its
