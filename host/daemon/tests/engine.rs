@@ -243,16 +243,18 @@ fn logits(policy: &Policy) -> tch::Tensor {
     })
 }
 
-/// A LoRA adapter on the tiny model of `seed`, with nonzero `B` (as after training), at `step`.
-fn adapted(seed: u64, step: u64) -> Policy {
-    let mut policy = Policy::tiny(seed, f32()).expect("tiny");
+/// A LoRA adapter on the base in `base`, with nonzero `B` (as after training), at `step`.
+fn adapted(base: &std::path::Path, step: u64) -> Policy {
+    let mut policy = Policy::load(base, f32()).expect("base");
     let config =
         LoraConfig { rank: 4, alpha: 8.0, dropout: 0.0, target_modules: vec!["q_proj".into(), "v_proj".into()] };
     policy.add_lora(&config, 1).expect("lora");
-    tch::manual_seed(step as i64);
+    // Deterministic without libtorch's global generator, which tests running at once share.
     for (name, mut var) in policy.trained_variables() {
         if name.contains("lora_B") {
-            tch::no_grad(|| var.copy_(&(tch::Tensor::randn(var.size(), (tch::Kind::Float, tch::Device::Cpu)) * 0.05)));
+            let values = tch::Tensor::arange(var.numel() as i64, (tch::Kind::Float, tch::Device::Cpu))
+                * (0.37 * (step as f64 + 1.0));
+            tch::no_grad(|| var.copy_(&(values.sin().view(var.size().as_slice()) * 0.05)));
         }
     }
     policy.state_mut().step = step;
@@ -269,9 +271,14 @@ fn the_served_policy_swaps_lora_adapters_without_reloading_its_base() {
     let base_storage = |p: &Policy| p.var_store().variables()["model.embed_tokens.weight"].data_ptr() as usize;
     let before = base_storage(&served.lock().expect("served"));
     let dir = tempfile::tempdir().expect("tempdir");
+    // Adapters are trained on a copy of the served base (a second `tiny(0)` built while other
+    // tests draw from libtorch's generator is not guaranteed to be the same model).
+    let (served_base, foreign_base) = (dir.path().join("served-base"), dir.path().join("foreign-base"));
+    served.lock().expect("served").save(&served_base).expect("save base");
+    Policy::tiny(1, f32()).expect("tiny").save(&foreign_base).expect("save base");
 
     // An adapter alone (PEFT's files): swapped in, the base's tensors untouched.
-    let trained = adapted(0, 3);
+    let trained = adapted(&served_base, 3);
     trained.save_adapter(&dir.path().join("adapter")).expect("save adapter");
     let reply = runtime.block_on(engine.update_weights(&dir.path().join("adapter"))).expect("swap");
     assert_eq!(reply["toolsmith"]["step"], 3, "{reply}");
@@ -282,7 +289,7 @@ fn the_served_policy_swaps_lora_adapters_without_reloading_its_base() {
         assert!((logits(&served) - logits(&trained)).abs().max().double_value(&[]) < 1e-6);
     }
     // A training checkpoint (base + adapter) of the same base: the adapter alone is swapped.
-    let later = adapted(0, 5);
+    let later = adapted(&served_base, 5);
     later.save(&dir.path().join("checkpoint")).expect("save checkpoint");
     let reply = runtime.block_on(engine.update_weights(&dir.path().join("checkpoint"))).expect("swap");
     assert_eq!(reply["toolsmith"]["step"], 5, "{reply}");
@@ -292,7 +299,7 @@ fn the_served_policy_swaps_lora_adapters_without_reloading_its_base() {
         assert!((logits(&served) - logits(&later)).abs().max().double_value(&[]) < 1e-6);
     }
     // An adapter trained on another base is refused; the served adapter stays.
-    adapted(1, 9).save_adapter(&dir.path().join("foreign")).expect("save adapter");
+    adapted(&foreign_base, 9).save_adapter(&dir.path().join("foreign")).expect("save adapter");
     let err = runtime.block_on(engine.update_weights(&dir.path().join("foreign"))).expect_err("another base");
     assert!(err.to_string().contains("another base"), "{err}");
     let served = served.lock().expect("served");
