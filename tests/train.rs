@@ -213,6 +213,25 @@ fn bad_data_and_configs_name_the_file_and_line() {
         assert!(err.contains(expected), "{extra:?}: {err}");
         assert!(!refused.exists(), "{extra:?}: a refused run wrote {}", refused.display());
     }
+    // A preset tuned for SmolLM2 asked for the tiny model (by name, or a tiny checkpoint).
+    let tiny_checkpoint = dir.path().join("tiny");
+    std::fs::create_dir(&tiny_checkpoint).expect("mkdir");
+    std::fs::write(
+        tiny_checkpoint.join("config.json"),
+        r#"{"model_type": "qwen2", "num_hidden_layers": 4, "hidden_size": 256}"#,
+    )
+    .expect("write");
+    for (init, expected) in
+        [("tiny", "is the tiny model"), (tiny_checkpoint.to_str().expect("utf-8"), "4 layers of width 256")]
+    {
+        let err = failed(&run(&["train", "sft", "--preset", "smol-world", "--init", init, "--out", refused_str]));
+        assert!(err.contains("tuned for SmolLM2-135M") && err.contains(expected), "{init}: {err}");
+        assert!(!refused.exists());
+    }
+    // A held-out world that is also a training world.
+    let err = failed(&run(&["train", "sft", "--train-worlds", "3,4", "--eval-world", "4", "--out", refused_str]));
+    assert!(err.contains("also a training world"), "{err}");
+    assert!(!refused.exists());
     let both =
         failed(&run(&[sft_args(data, refused_str), vec!["--lora-rank", "4", "--trainable-layers", "2"]].concat()));
     assert!(both.contains("--trainable-layers") || both.contains("exclude"), "{both}");

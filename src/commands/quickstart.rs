@@ -772,7 +772,7 @@ the pretrained policy (SmolLM2-135M-Instruct; `--policy smollm2-135m`, `--init s
     attempt(&format!("after {STEPS} steps"))?;
     toolsmith_policy::set_threads(1);
     println!(
-        "  try it: toolsmith train sft --init smollm2-135m --lora-rank 16 --out runs/smol   (EM on held-out worlds: BENCHMARKS.md)"
+        "  try it: toolsmith train sft --preset smol-world --out runs/smol   (about 20 minutes; held-out EM: BENCHMARKS.md)"
     );
     Ok(())
 }

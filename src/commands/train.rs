@@ -52,7 +52,9 @@ pub struct RunArgs {
     /// A config file (TOML or JSON; schema: `toolsmith train schema sft|rl`). Flags override it.
     #[arg(long, conflicts_with = "preset")]
     pub config: Option<PathBuf>,
-    /// A preset: tiny-world (the tiny policy on 24 small training worlds, held-out world 1000).
+    /// A preset: tiny-world (the tiny policy on 24 small training worlds, held-out world 1000);
+    /// smol-world (SmolLM2-135M fine-tuned in bf16 on 16 training worlds, 10 held-out questions
+    /// per family and mode).
     #[arg(long)]
     pub preset: Option<String>,
     /// The starting model: `tiny` (fresh), `smollm2-135m` (fetched by setup) or a checkpoint
@@ -80,6 +82,10 @@ pub struct RunArgs {
     /// Tasks per family of the held-out world.
     #[arg(long)]
     pub eval_tasks: Option<usize>,
+    /// Seed of the held-out world (a world of another seed than the training ones: new names,
+    /// new facts).
+    #[arg(long)]
+    pub eval_world: Option<u64>,
     /// No held-out evaluation.
     #[arg(long)]
     pub no_eval: bool,
@@ -155,7 +161,7 @@ macro_rules! apply_run_flags {
             });
             lora.rank = rank;
         }
-        held_out(&mut $config.eval, run.no_eval, run.eval_tasks);
+        held_out(&mut $config.eval, run.no_eval, run.eval_tasks, run.eval_world);
     }};
 }
 
@@ -265,6 +271,9 @@ fn resolve(args: &SftArgs) -> Result<SftConfig> {
     } else if args.epochs.is_some() {
         config.steps = None;
     }
+    if let Some(preset) = &args.run.preset {
+        config.check_preset(preset)?;
+    }
     config.validate()?;
     Ok(config)
 }
@@ -314,12 +323,20 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
 }
 
 /// The held-out flags over a config's evaluation settings.
-fn held_out(eval: &mut Option<toolsmith_train::config::EvalConfig>, off: bool, tasks_per_family: Option<usize>) {
+fn held_out(
+    eval: &mut Option<toolsmith_train::config::EvalConfig>,
+    off: bool,
+    tasks_per_family: Option<usize>,
+    world: Option<u64>,
+) {
     if off {
         *eval = None;
     }
     if let (Some(n), Some(eval)) = (tasks_per_family, eval.as_mut()) {
         eval.tasks_per_family = n;
+    }
+    if let (Some(seed), Some(eval)) = (world, eval.as_mut()) {
+        eval.world_seed = seed;
     }
 }
 

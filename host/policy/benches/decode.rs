@@ -4,7 +4,10 @@
 //! The ratio is ours (bf16 where the CPU has it) over transformers at its fastest dtype.
 //!
 //!   cargo bench --profile dev -p toolsmith-policy --bench decode [-- --model smollm2-135m
-//!       --threads N --rounds R --new-tokens K --generations G --ours-only]
+//!       --threads N --rounds R --new-tokens K --generations G --ours-only
+//!       --batches 1,8,32 --prompt-tokens P --temperature T --precision f32|bf16]
+//!
+//! `--temperature` above 0 samples (ours only: transformers' sampler differs), as rollouts do.
 //!
 //! Each round measures every configuration of both sides back to back; medians over rounds.
 //! Needs the reference venv (scripts/torch-reference-env.sh; created on first use).
@@ -32,35 +35,50 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-const PROMPT: usize = 16;
-
 fn main() {
     let model = text("--model").unwrap_or_else(|| "smollm2-135m".into());
     let (threads, rounds) = (number("--threads", 2), number("--rounds", 3));
     let (new_tokens, generations) = (number("--new-tokens", 128), number("--generations", 3));
+    let prompt_tokens = number("--prompt-tokens", 16);
+    let batches: Vec<usize> = text("--batches")
+        .unwrap_or_else(|| "1,8".into())
+        .split(',')
+        .map(|b| b.trim().parse().expect("batch sizes, comma-separated"))
+        .collect();
+    let temperature: f64 = text("--temperature").map_or(0.0, |t| t.parse().expect("a temperature"));
+    let ours_only = temperature > 0.0 || std::env::args().any(|a| a == "--ours-only");
     toolsmith_policy::set_threads(threads);
     let dir = toolsmith_policy::locate(&model).expect("the policy (run ./scripts/setup.sh)");
-    let precisions: Vec<Precision> =
-        if toolsmith_policy::cpu_has_bf16() { vec![Precision::F32, Precision::Bf16] } else { vec![Precision::F32] };
+    let precisions: Vec<Precision> = match text("--precision").as_deref() {
+        Some("f32") => vec![Precision::F32],
+        Some("bf16") => vec![Precision::Bf16],
+        _ if toolsmith_policy::cpu_has_bf16() => vec![Precision::F32, Precision::Bf16],
+        _ => vec![Precision::F32],
+    };
     let policies: Vec<(Precision, Policy)> = precisions
         .iter()
         .map(|&p| (p, Policy::load(&dir, LoadOptions { precision: Some(p), ..Default::default() }).expect("load")))
         .collect();
     let vocab = policies[0].1.model().spec().vocab_size;
     tch::manual_seed(0);
-    let prompts: Vec<Vec<i64>> = (0..8)
+    let prompts: Vec<Vec<i64>> = (0..batches.iter().copied().max().unwrap_or(1))
         .map(|_| {
-            Vec::<i64>::try_from(tch::Tensor::randint_low(10, vocab, [PROMPT as i64], (Kind::Int64, tch::Device::Cpu)))
-                .expect("ids")
+            Vec::<i64>::try_from(tch::Tensor::randint_low(
+                10,
+                vocab,
+                [prompt_tokens as i64],
+                (Kind::Int64, tch::Device::Cpu),
+            ))
+            .expect("ids")
         })
         .collect();
-    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(new_tokens) };
+    let params = SamplingParams { ignore_eos: true, temperature, ..SamplingParams::greedy(new_tokens) };
     let python = common::reference_python();
     let script = common::repo_root().join("host/policy/tests/reference/reference.py");
     // (ours or theirs, dtype, batch) -> tokens/s per round
     let mut results: std::collections::BTreeMap<(String, String, usize), Vec<f64>> = Default::default();
     for round in 0..rounds {
-        for batch in [1, 8] {
+        for &batch in &batches {
             for (precision, policy) in &policies {
                 let rows = &prompts[..batch];
                 policy.generate(rows, &params, None).expect("warm-up");
@@ -73,8 +91,7 @@ fn main() {
                     .collect();
                 results.entry(("ours".into(), precision.hf_name().into(), batch)).or_default().push(median(rates));
             }
-            let reference =
-                if std::env::args().any(|a| a == "--ours-only") { &[][..] } else { &["float32", "bfloat16"][..] };
+            let reference = if ours_only { &[][..] } else { &["float32", "bfloat16"][..] };
             for &dtype in reference {
                 let out = Command::new(&python)
                     .arg(&script)
@@ -82,7 +99,7 @@ fn main() {
                     .arg("--model")
                     .arg(&dir)
                     .args(["--threads", &threads.to_string(), "--batch", "1", "--seq", "8", "--steps", "1"])
-                    .args(["--prompt", &PROMPT.to_string(), "--new-tokens", &new_tokens.to_string()])
+                    .args(["--prompt", &prompt_tokens.to_string(), "--new-tokens", &new_tokens.to_string()])
                     .args(["--generations", &generations.to_string(), "--dtype", dtype])
                     .args(["--generate-batch", &batch.to_string(), "--prompts", "random"])
                     .env("OMP_NUM_THREADS", threads.to_string())
@@ -99,13 +116,13 @@ fn main() {
         eprintln!("round {} of {rounds}: {results:?}", round + 1);
     }
     println!(
-        "decode, {model}, greedy, {PROMPT}-token prompts, {new_tokens} new tokens per row, {threads} thread(s), medians of {rounds} rounds"
+        "decode, {model}, temperature {temperature}, {prompt_tokens}-token prompts, {new_tokens} new tokens per row, {threads} thread(s), medians of {rounds} rounds"
     );
     println!(
         "| batch | ours f32 | ours bf16 | transformers float32 | transformers bfloat16 | ratio (best of each; per round) |"
     );
     println!("|---:|---:|---:|---:|---:|---:|");
-    for batch in [1, 8] {
+    for &batch in &batches {
         let get = |who: &str, dtype: &str| results.get(&(who.to_string(), dtype.to_string(), batch));
         let cell = |who: &str, dtype: &str| {
             get(who, dtype).map_or("-".into(), |r| format!("{:.1} tokens/s", median(r.clone())))

@@ -299,6 +299,14 @@ impl Policy {
         usize::try_from(self.config.common().max_position_embeddings).unwrap_or(usize::MAX)
     }
 
+    /// Bytes of keys and values one token occupies in a generation's cache (and in a
+    /// [`crate::PrefixCache`]): all layers, keys and values, at the model's precision.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        let spec = self.model().spec();
+        let per_layer = 2 * spec.kv_heads * spec.head_dim;
+        usize::try_from(spec.layers * per_layer).unwrap_or(usize::MAX) * self.model().kind().elt_size_in_bytes()
+    }
+
     /// A freshly initialised model (weights drawn with the config's `initializer_range` from
     /// libtorch's generator seeded with `seed`).
     pub fn init(

@@ -155,6 +155,26 @@ impl KvCache {
         KvCache { layers, len: self.len, capacity: self.capacity }
     }
 
+    /// Rows `start..start + n` as a cache of their own, filled up to `len` columns, whose buffers
+    /// are views of this cache's: what a forward pass appends to it lands here.
+    pub fn rows_view(&self, start: i64, n: i64, len: i64) -> KvCache {
+        let layers = self.layers.iter().map(|(k, v)| (k.narrow(0, start, n), v.narrow(0, start, n))).collect();
+        KvCache { layers, len, capacity: self.capacity }
+    }
+
+    /// Copies row `from` (every column) into row `to`.
+    pub fn copy_row(&mut self, from: i64, to: i64) {
+        for (k, v) in &mut self.layers {
+            k.get(to).copy_(&k.get(from));
+            v.get(to).copy_(&v.get(from));
+        }
+    }
+
+    /// Marks the cache filled up to `len` columns.
+    pub fn set_len(&mut self, len: i64) {
+        self.len = len;
+    }
+
     /// Row `row`'s keys and values at `columns` (int64), per layer `[kv_heads, n, head_dim]`.
     pub fn row_columns(&self, row: i64, columns: &Tensor) -> Vec<(Tensor, Tensor)> {
         self.layers

@@ -285,8 +285,41 @@ impl Policy {
                     }
                 }
             }
-            let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
-            (cache, model.logits(&hidden.select(1, -1)))
+            if let Some(store) = prefix.as_deref_mut() {
+                store.release_extended(prompts);
+            }
+            let new: Vec<i64> = prompts.iter().zip(&cached).map(|(p, c)| (p.len() - c) as i64).collect();
+            let padding = b * suffix_len as i64 - new.iter().sum::<i64>();
+            if padding > PER_ROW_PREFILL_PADDING && padding * 4 > b * suffix_len as i64 {
+                // Rows' new tokens differ much in number (one episode's observation is long,
+                // another's short): padding them to the longest would be most of the prefill's
+                // work, so each row prefills only its own (a row repeating an earlier row's
+                // prompt copies its keys and values).
+                let mut last: Vec<Tensor> = Vec::with_capacity(batch);
+                for (i, &n) in new.iter().enumerate() {
+                    if let Some(earlier) = prompts[..i].iter().position(|p| *p == prompts[i]) {
+                        cache.copy_row(earlier as i64, i as i64);
+                        last.push(last[earlier].shallow_clone());
+                        continue;
+                    }
+                    let (row, from) = (i as i64, suffix_len as i64 - n);
+                    let past = prompt_len - n;
+                    let mask = AttentionMask::with_padding(&prompt_valid.narrow(0, row, 1), past, n);
+                    let mut view = cache.rows_view(row, 1, past);
+                    let hidden = model.forward(
+                        &ids.narrow(0, row, 1).narrow(1, from, n),
+                        &positions.narrow(0, row, 1).narrow(1, from, n),
+                        &mask,
+                        Some(&mut view),
+                    );
+                    last.push(hidden.select(1, -1));
+                }
+                cache.set_len(prompt_len);
+                (cache, model.logits(&Tensor::cat(&last, 0)))
+            } else {
+                let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
+                (cache, model.logits(&hidden.select(1, -1)))
+            }
         } else if first.len() < batch {
             let pick = Tensor::from_slice(&first).to_device(device);
             let (ids, positions) = (ids.index_select(0, &pick), positions.index_select(0, &pick));
@@ -470,6 +503,11 @@ fn safe_prefix(text: &str, longest_stop: usize) -> usize {
     let trimmed = text[..end].trim_end_matches('\u{FFFD}');
     trimmed.len()
 }
+
+/// Padding tokens a batched prefill may carry before rows prefill one by one instead (when
+/// padding is also over a quarter of the batch): below this, one batched pass is cheaper than a
+/// pass per row.
+const PER_ROW_PREFILL_PADDING: i64 = 1024;
 
 /// Shared beginnings shorter than this are prefilled with each row (not worth a pass of their own).
 const SHARED_PREFIX_MIN: usize = 32;

@@ -112,6 +112,21 @@ impl PrefixCache {
         self.entries.get(entry).map_or(&[], |e| e.layers.as_slice())
     }
 
+    /// Drops the entries that one of `prompts` extends, once their rows have been copied into a
+    /// generation's cache: the generation's own entries will supersede them when it ends, and
+    /// dropping them now keeps one copy of an episode's keys and values in memory, not two.
+    pub(crate) fn release_extended(&mut self, prompts: &[Vec<i64>]) {
+        let mut freed = 0;
+        self.entries.retain(|e| {
+            let extended = prompts.iter().any(|p| e.ids.len() <= p.len() && p.starts_with(&e.ids));
+            if extended {
+                freed += e.bytes;
+            }
+            !extended
+        });
+        self.bytes -= freed;
+    }
+
     /// Keeps `layers` as the rows of `ids`; entries that `ids` extends are dropped (an
     /// episode's turn supersedes its previous one), then the oldest until the budget holds.
     pub(crate) fn insert(&mut self, ids: Vec<i64>, layers: Vec<(Tensor, Tensor)>) {

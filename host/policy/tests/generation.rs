@@ -151,6 +151,43 @@ fn a_prefix_cache_prefills_only_new_tokens_and_changes_no_draw() {
 }
 
 #[test]
+fn rows_with_very_different_new_tokens_prefill_one_by_one_and_change_no_draw() {
+    // Turn 2 of four episodes: one brings a long observation, the others a few tokens, and two
+    // are the same prompt. Padding every row to the long one would be most of the prefill, so
+    // each row prefills its own new tokens (the repeated one copies its twin's keys and values);
+    // the tokens and log-probs are those of decoding without any cache.
+    let policy = common::tiny(4);
+    let tokenizer = policy.tokenizer().clone();
+    let mut first = prompts(&policy);
+    first.push(first[2].clone());
+    let params = SamplingParams { max_new_tokens: 8, ..SamplingParams::default() };
+    let mut cache = PrefixCache::new(64 << 20);
+    let (turn1, _) = policy.generate_with_prefix(&first, &params, None, None, &mut cache).expect("turn 1");
+    let long = format!("<observation>{}</observation>", "Arlington, Virginia. ".repeat(150));
+    let observations = [long.as_str(), "<observation>42</observation>", "ok", "ok"];
+    let second: Vec<Vec<i64>> = turn1
+        .iter()
+        .zip(observations)
+        .map(|(g, o)| [g.prompt_ids.clone(), g.output_ids.clone(), tokenizer.encode(o).expect("encode")].concat())
+        .collect();
+    assert_eq!(second[2], second[3]);
+    let new = second[0].len() - turn1[0].prompt_ids.len() - turn1[0].output_ids.len();
+    assert!(new > 1100, "the long observation is {new} tokens");
+    let before = cache.stats();
+    let (cached, _) = policy.generate_with_prefix(&second, &params, None, None, &mut cache).expect("turn 2");
+    let (plain, _) = policy.generate(&second, &params, None).expect("plain turn 2");
+    for (i, (a, b)) in cached.iter().zip(&plain).enumerate() {
+        assert_eq!(a.output_ids, b.output_ids, "episode {i}");
+        for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
+            assert!((x - y).abs() < 1e-4, "episode {i}: {x} vs {y}");
+        }
+    }
+    assert_eq!(cache.stats().hits - before.hits, 4);
+    // The twins decode alike.
+    assert_eq!(cached[2].output_ids, cached[3].output_ids);
+}
+
+#[test]
 fn a_shared_beginning_is_prefilled_once_for_the_whole_batch() {
     // Four first turns of one environment: a long system prompt, then each its own question.
     let policy = common::tiny(5);

@@ -39,6 +39,11 @@ impl std::fmt::Debug for HeldOut {
 }
 
 impl HeldOut {
+    /// Whether the run evaluates before its first step too.
+    pub fn before(&self) -> bool {
+        self.config.before
+    }
+
     /// The held-out world of `config`, its first `tasks_per_family` tasks of each family, and
     /// tools over its corpus; prompts list tools in `tool_format` (the one training used).
     pub fn new(config: EvalConfig, tool_format: ToolFormat, tools_for: &ToolsFor<'_>) -> Result<Self, TrainError> {

@@ -290,7 +290,7 @@ impl Core {
         on_event: &mut dyn FnMut(Event<'_>),
     ) -> Result<PathBuf, TrainError> {
         on_event(Event::Started { step: self.state.step, total: self.units });
-        if self.state.step == 0 {
+        if self.state.step == 0 && self.heldout.as_ref().is_some_and(HeldOut::before) {
             self.evaluate(on_event)?;
         }
         let started = Instant::now();

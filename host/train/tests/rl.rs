@@ -389,6 +389,7 @@ fn tiny_rl_with(
             max_turns: 2,
             max_tokens: 16,
             parallel: 2,
+            before: true,
         }),
         iterations,
         tasks_per_iteration: 2,

@@ -36,6 +36,7 @@ fn config() -> SftConfig {
             max_turns: 2,
             max_tokens: 24,
             parallel: 1,
+            before: true,
         }),
         checkpoint_every: 8,
         ..SftConfig::default()
@@ -72,6 +73,35 @@ fn the_loss_falls_and_evaluation_runs_before_and_after() {
     // A second run into the same directory must be asked to resume.
     let err = sft::prepare(config(), &run, false, &tools).expect_err("existing run");
     assert!(err.to_string().contains("--resume"), "{err}");
+}
+
+#[test]
+fn evaluation_before_training_can_be_left_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path().join("run");
+    let mut config = SftConfig { steps: Some(2), checkpoint_every: 2, ..config() };
+    if let Some(eval) = config.eval.as_mut() {
+        eval.before = false;
+    }
+    sft::prepare(config, &run, false, &tools).expect("prepare").run(&mut |_| {}).expect("trains");
+    let records = read(&run.join("metrics.jsonl")).expect("metrics");
+    let evals: Vec<u64> =
+        records.iter().filter_map(|r| if let Record::Eval(e) = r { Some(e.step) } else { None }).collect();
+    assert_eq!(evals, vec![2]);
+}
+
+#[test]
+fn the_smol_world_preset_is_a_valid_run_for_smollm2_only() {
+    let preset = SftConfig::preset("smol-world").expect("preset");
+    preset.validate().expect("valid");
+    preset.check_preset("smol-world").expect("made for SmolLM2");
+    let eval = preset.eval.as_ref().expect("evaluated");
+    assert!(eval.tasks_per_family >= 10 && eval.modes.len() == 4 && !eval.before);
+    assert!(!preset.data.worlds.seeds.contains(&eval.world_seed));
+    let tiny = SftConfig { init: "tiny".into(), ..preset };
+    let err = tiny.check_preset("smol-world").expect_err("the tiny model").to_string();
+    assert!(err.contains("tuned for SmolLM2-135M"), "{err}");
+    assert!(SftConfig::preset("smol-planet").is_err());
 }
 
 #[test]

@@ -240,7 +240,19 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
     let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
     let step = policy.state().step;
     match policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, prefix) {
-        Ok((generations, _)) => {
+        Ok((generations, stats)) => {
+            tracing::debug!(
+                rows = prompts.len(),
+                prompt_tokens = stats.prompt_tokens,
+                generated = stats.generated_tokens,
+                prefill_s = stats.prefill_secs,
+                decode_s = stats.decode_secs,
+                cache_hits = prefix.stats().hits,
+                cache_reused_tokens = prefix.stats().reused_tokens,
+                cache_entries = prefix.len(),
+                cache_mib = prefix.bytes() >> 20,
+                "decoded a batch"
+            );
             for ((job, _), g) in ready.into_iter().zip(generations) {
                 if let Some(stream) = &job.stream
                     && !g.text.is_empty()

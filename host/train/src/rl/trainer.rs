@@ -185,7 +185,10 @@ impl RlTrainer {
         let core = Core::new(run.clone(), policy, resumed, setup)?;
         let backend: Arc<dyn Backend> = match &engine {
             Some(engine) => Arc::new(engine.clone()),
-            None => Arc::new(BatchedBackend::new(core.policy(), "training", BatchConfig::default())),
+            None => {
+                let batching = rollout_batching(&config, &toolsmith_contract::sync::lock(&core.policy()));
+                Arc::new(BatchedBackend::new(core.policy(), "training", batching))
+            }
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -267,6 +270,24 @@ impl Unit for RlUnit {
 
     fn sync(&mut self, core: &Core) -> Result<(), TrainError> {
         self.push_weights(&core.policy())
+    }
+}
+
+/// How the rollouts' batching backend batches: every episode of an iteration's groups keeps its
+/// keys and values between turns (so a turn prefills only its observation), and a turn's requests
+/// wait for one another long enough to cover the tool calls between turns, so that one decoding
+/// pass serves them all instead of the stragglers forming a second, small batch.
+fn rollout_batching(config: &RlConfig, policy: &Policy) -> BatchConfig {
+    let episodes = config.tasks_per_iteration * config.group_size;
+    // An episode's tokens: the system prompt with its tool listing, then each turn's answer and
+    // observation (both estimated generously; an entry that does not fit is prefilled again).
+    let tokens = (1024 + config.max_turns * (config.max_tokens + 256)).min(policy.context_len());
+    let bytes = episodes.saturating_mul(tokens).saturating_mul(policy.kv_bytes_per_token());
+    BatchConfig {
+        max_batch: episodes.max(1),
+        window: std::time::Duration::from_millis(100),
+        prefix_cache_bytes: bytes.max(BatchConfig::default().prefix_cache_bytes),
+        join_every: 0,
     }
 }
 
