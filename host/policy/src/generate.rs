@@ -297,7 +297,8 @@ impl Policy {
                 // prompt copies its keys and values).
                 let mut last: Vec<Tensor> = Vec::with_capacity(batch);
                 for (i, &n) in new.iter().enumerate() {
-                    if let Some(earlier) = prompts[..i].iter().position(|p| *p == prompts[i]) {
+                    let earlier = first[row_of[i] as usize] as usize;
+                    if earlier != i {
                         cache.copy_row(earlier as i64, i as i64);
                         last.push(last[earlier].shallow_clone());
                         continue;

@@ -134,15 +134,7 @@ impl PrefixCache {
         if ids.is_empty() || bytes > self.budget_bytes {
             return;
         }
-        let mut freed = 0;
-        self.entries.retain(|e| {
-            let superseded = e.ids.len() <= ids.len() && ids.starts_with(&e.ids);
-            if superseded {
-                freed += e.bytes;
-            }
-            !superseded
-        });
-        self.bytes -= freed;
+        self.release_extended(std::slice::from_ref(&ids));
         while self.bytes + bytes > self.budget_bytes {
             match self.entries.pop_front() {
                 Some(old) => self.bytes -= old.bytes,
