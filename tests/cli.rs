@@ -398,6 +398,13 @@ fn eval_run_and_the_graph_learning_from_trajectories() {
     }
     let table = ok(&run(&["eval", "--mode", "gap", "--limit", "5"]));
     assert!(table.contains("cost/pass") && table.contains("single_hop"), "{table}");
+    // The same world's questions reworded are answered alike; they never become traces.
+    let out = ok(&run(&["eval", "--mode", "gap", "--reworded", "--tasks-per-family", "2", "--json"]));
+    let report: Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(report["overall"]["em"], 1.0, "{report}");
+    let traces = dir.path().join("traces.jsonl");
+    let refused = run(&["world", "traces", "--reworded", "--out", traces.to_str().expect("utf-8")]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("kept out of training") && !traces.exists());
 
     let tasks = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/world/tasks.jsonl"))
         .expect("shipped tasks");

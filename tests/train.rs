@@ -228,6 +228,22 @@ fn bad_data_and_configs_name_the_file_and_line() {
         assert!(err.contains("tuned for SmolLM2-135M") && err.contains(expected), "{init}: {err}");
         assert!(!refused.exists());
     }
+    // The RL presets start from a SmolLM2 checkpoint that answers already; the name picks the
+    // method, and a --method that disagrees is refused.
+    let tiny_str = tiny_checkpoint.to_str().expect("utf-8");
+    let rl_cases: [(&[&str], &str); 6] = [
+        (&["--preset", "smol-gap"], "got no --init"),
+        (&["--preset", "smol-gap", "--init", "smollm2-135m"], "already answers in the agent's format"),
+        (&["--preset", "smol-searl", "--init", "tiny"], "got --init tiny"),
+        (&["--preset", "smol-mem", "--init", tiny_str], "4 layers of width 256"),
+        (&["--preset", "smol-gap", "--method", "mtr", "--init", tiny_str], "for gap, not mtr"),
+        (&["--preset", "smol-ppo", "--init", tiny_str], "smol-<method>"),
+    ];
+    for (extra, expected) in rl_cases {
+        let err = failed(&run(&[&["train", "rl", "--out", refused_str][..], extra].concat()));
+        assert!(err.contains(expected), "{extra:?}: {err}");
+        assert!(!refused.exists(), "{extra:?}: a refused run wrote {}", refused.display());
+    }
     // A held-out world that is also a training world.
     let err = failed(&run(&["train", "sft", "--train-worlds", "3,4", "--eval-world", "4", "--out", refused_str]));
     assert!(err.contains("also a training world"), "{err}");

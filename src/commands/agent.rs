@@ -24,7 +24,8 @@ use super::Env;
 
 #[derive(Debug, Subcommand)]
 pub enum WorldCommand {
-    /// Write the world's corpus and tasks as JSON lines (corpus.jsonl, tasks.jsonl, world.json).
+    /// Write the world's corpus and tasks as JSON lines (corpus.jsonl, tasks.jsonl, the same tasks
+    /// reworded in tasks-reworded.jsonl, world.json).
     Generate {
         #[command(flatten)]
         world: WorldArgs,
@@ -65,6 +66,10 @@ pub struct WorldArgs {
     /// Tasks per family.
     #[arg(long, default_value_t = WorldConfig::default().tasks_per_family)]
     pub tasks_per_family: usize,
+    /// Ask the world's questions in other words than the generator's templates (which training
+    /// uses): the same tasks and answers, sentence frames no trace has seen.
+    #[arg(long)]
+    pub reworded: bool,
 }
 
 impl WorldArgs {
@@ -192,6 +197,9 @@ fn traces(
     } else {
         styles.iter().map(|s| Mode::parse(s).with_context(|| format!("unknown style `{s}`"))).collect::<Result<_>>()?
     };
+    if world.reworded {
+        bail!("reworded questions are kept out of training: traces use the generator's templates");
+    }
     let w = World::generate(world.config());
     let tasks = w.tasks();
     let corpus = Arc::new(Corpus::new(&w.documents())?);
@@ -239,7 +247,11 @@ fn tiny_tokenizer() -> Result<Arc<Tokenizer>> {
 fn load_env(args: &PolicyArgs) -> Result<(Vec<Task>, Arc<Corpus>)> {
     let world = World::generate(args.world.config());
     let tasks = match &args.tasks {
+        Some(_) if args.world.reworded => {
+            bail!("--reworded rewords the generated world's questions, not a --tasks file")
+        }
         Some(p) => env::load_tasks(p).with_context(|| format!("cannot read tasks from {}", p.display()))?,
+        None if args.world.reworded => world.reworded_tasks(),
         None => world.tasks(),
     };
     let corpus = match &args.corpus {
@@ -262,7 +274,8 @@ pub fn load_policy(spec: &str) -> Result<Policy> {
     policy.with_context(|| format!("cannot load the policy in {spec}"))
 }
 
-fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task]) -> Result<Arc<dyn Backend>> {
+/// The policy's backend for `episodes` agent loops running at once.
+fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task], episodes: usize) -> Result<Arc<dyn Backend>> {
     let p = args.policy.as_str();
     if p == "oracle" {
         return Ok(Arc::new(Oracle::new(tasks, mode, tiny_tokenizer()?)));
@@ -274,7 +287,8 @@ fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task]) -> Result<Arc<dyn Back
     let policy = load_policy(p).context("expected oracle, tiny, a checkpoint directory or a URL")?;
     // Episodes running at once (`eval --parallel`) have their turns decoded as one batch, each
     // with its own seed and its keys and values kept between turns.
-    Ok(Arc::new(BatchedBackend::new(Arc::new(Mutex::new(policy)), p, BatchConfig::default())))
+    let batching = BatchConfig::for_episodes(episodes, args.max_turns, args.max_tokens, &policy);
+    Ok(Arc::new(BatchedBackend::new(Arc::new(Mutex::new(policy)), p, batching)))
 }
 
 fn agent(
@@ -282,6 +296,7 @@ fn agent(
     args: &PolicyArgs,
     tasks: &[Task],
     corpus: Arc<Corpus>,
+    episodes: usize,
 ) -> Result<(Agent, Option<Arc<Mutex<toolsmith_registry::Registry>>>)> {
     let Some(mode) = Mode::parse(&args.mode) else {
         bail!("unknown mode `{}`: use react, gap, mem or searl", args.mode);
@@ -307,7 +322,7 @@ fn agent(
         tool_format,
         ..AgentConfig::default()
     };
-    let mut agent = Agent::new(backend(args, mode, tasks)?, tools, config);
+    let mut agent = Agent::new(backend(args, mode, tasks, episodes)?, tools, config);
     let mut registry = None;
     if args.retrieve {
         let r = open_registry(env)?;
@@ -362,7 +377,7 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
     if tasks.is_empty() {
         bail!("no tasks to evaluate");
     }
-    let (agent, mut registry) = agent(env, &args.policy, &tasks, corpus)?;
+    let (agent, mut registry) = agent(env, &args.policy, &tasks, corpus, args.parallel)?;
     if args.record.is_some() && registry.is_none() {
         registry = Some(open_registry(env)?);
     }
@@ -422,7 +437,7 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
 
 pub fn run(env: &Env, args: RunArgs) -> Result<ExitCode> {
     let (tasks, corpus) = load_env(&args.policy)?;
-    let (agent, registry) = agent(env, &args.policy, &tasks, corpus)?;
+    let (agent, registry) = agent(env, &args.policy, &tasks, corpus, 1)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
     let trajectory = runtime.block_on(agent.run(&args.question));
     let reward = tasks

@@ -166,7 +166,7 @@ fn job_config(kind: &str, file: Option<PathBuf>, preset: Option<String>, method:
         "rl" => {
             let method = method.as_deref().map(Method::parse_or_explain).transpose()?;
             let config = match (preset, file) {
-                (Some(p), _) => RlConfig::preset(&p, method.unwrap_or(Method::GAP))?,
+                (Some(p), _) => RlConfig::preset(&p, method)?,
                 (None, Some(f)) => RlConfig::from_file(&f)?,
                 (None, None) => RlConfig::for_method(method.unwrap_or(Method::GAP)),
             };

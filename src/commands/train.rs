@@ -401,7 +401,7 @@ fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
         None => None,
     };
     let mut config = match (&args.run.preset, &args.run.config) {
-        (Some(p), _) => RlConfig::preset(p, method.unwrap_or(Method::GAP))?,
+        (Some(p), _) => RlConfig::preset(p, method)?,
         (None, Some(file)) => RlConfig::from_file(file)?,
         (None, None) if args.run.resume && saved.exists() => RlConfig::from_file(&saved)?,
         (None, None) => RlConfig::for_method(method.unwrap_or(Method::GAP)),
@@ -425,6 +425,9 @@ fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
     apply_run_flags!(config, &args.run);
     if args.no_graph {
         config.graph = None;
+    }
+    if let Some(preset) = &args.run.preset {
+        config.check_preset(preset)?;
     }
     if let Some(url) = &args.engine {
         let engine = config.engine.get_or_insert_with(Default::default);

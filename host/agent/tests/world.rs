@@ -74,7 +74,7 @@ fn examples() -> std::path::PathBuf {
 fn the_shipped_world_is_what_the_generator_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
     toolsmith_agent::env::write_world(&World::generate(WorldConfig::default()), dir.path()).expect("write");
-    for file in ["corpus.jsonl", "tasks.jsonl", "world.json"] {
+    for file in ["corpus.jsonl", "tasks.jsonl", "tasks-reworded.jsonl", "world.json"] {
         let shipped = std::fs::read_to_string(examples().join(file)).expect("shipped file");
         let fresh = std::fs::read_to_string(dir.path().join(file)).expect("fresh file");
         assert!(
@@ -120,4 +120,45 @@ fn users_task_sets_and_corpora_load_and_bad_lines_are_reported() {
     std::fs::write(&corpus, "{\"title\": \"no text\"}\n").expect("write");
     let err = Corpus::load_jsonl(&corpus).expect_err("refused").to_string();
     assert!(err.contains("corpus.jsonl:1") && err.contains("text"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reworded_tasks_ask_the_same_things_in_frames_the_generator_never_writes() {
+    let world = World::generate(WorldConfig { seed: 1001, countries: 6, tasks_per_family: 6 });
+    let (tasks, reworded) = (world.tasks(), world.reworded_tasks());
+    assert_eq!(tasks.len(), reworded.len());
+    // The generator's sentence frames, each of which every generated question of its kind uses.
+    let frames = [
+        "In which city was",
+        "What is the occupation of",
+        "What is the population of",
+        "In which country is",
+        "Who founded",
+        "In what year was",
+        "What is the capital of",
+        "What is the",
+        "Were ",
+        "Which city has the largest population",
+        "Which company was founded first",
+        "Who was born earliest",
+        "Answer each question",
+        "What is the total population",
+        "What is the sum of the founding years",
+    ];
+    for (t, r) in tasks.iter().zip(&reworded) {
+        assert_eq!((t.family, &t.golden_answers, t.objectives), (r.family, &r.golden_answers, r.objectives));
+        assert_eq!(t.solution, r.solution, "{}", t.question);
+        assert_ne!(t.question, r.question);
+        assert!(frames.iter().any(|f| t.question.contains(f)), "a template question without a frame: {}", t.question);
+        for f in frames {
+            assert!(!r.question.contains(f), "{:?} keeps the frame {f:?}", r.question);
+        }
+    }
+    // ... and they can be answered: the oracle solves each one with the tools.
+    let corpus = Arc::new(Corpus::new(&world.documents()).expect("corpus"));
+    let tools = Arc::new(LocalTools::new().with_corpus(corpus));
+    let oracle = Arc::new(Oracle::new(&reworded, Mode::Gap, tokenizer()));
+    let agent = Agent::new(oracle, tools, AgentConfig { mode: Mode::Gap, max_turns: 16, ..AgentConfig::default() });
+    let report = evaluate(&agent, &reworded, 4, |_| {}).await;
+    assert_eq!(report.overall.em, 1.0, "{:?}", report.families);
 }

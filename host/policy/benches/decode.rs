@@ -85,7 +85,14 @@ fn main() {
                 let rates: Vec<f64> = (0..generations)
                     .map(|_| {
                         let t = Instant::now();
-                        let (out, _) = policy.generate(rows, &params, None).expect("generate");
+                        let (out, stats) = policy.generate(rows, &params, None).expect("generate");
+                        // Prefill and decode apart: long prompts make the two very different.
+                        eprintln!(
+                            "batch {batch} {}: prefill {:.2} s, decode {:.1} ms a step",
+                            precision.hf_name(),
+                            stats.prefill_secs,
+                            1e3 * stats.decode_secs / (new_tokens.max(2) - 1) as f64
+                        );
                         out.iter().map(|g| g.output_ids.len()).sum::<usize>() as f64 / t.elapsed().as_secs_f64()
                     })
                     .collect();

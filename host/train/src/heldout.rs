@@ -80,7 +80,13 @@ impl HeldOut {
     pub fn evaluate(&self, policy: &Arc<Mutex<Policy>>, step: u64) -> EvalMetrics {
         let started = Instant::now();
         // Episodes run side by side and their turns decode in batches.
-        let backend = Arc::new(BatchedBackend::new(policy.clone(), "training", BatchConfig::default()));
+        let batching = BatchConfig::for_episodes(
+            self.config.parallel,
+            self.config.max_turns,
+            self.config.max_tokens,
+            &toolsmith_contract::sync::lock(policy),
+        );
+        let backend = Arc::new(BatchedBackend::new(policy.clone(), "training", batching));
         let mut modes = BTreeMap::new();
         for &mode in &self.config.modes {
             let config = AgentConfig {

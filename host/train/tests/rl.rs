@@ -906,3 +906,32 @@ fn rl_with_lora_trains_the_adapters_against_the_base_as_reference() {
     assert_eq!((score(&policy) - score(&start)).abs().max().double_value(&[]), 0.0);
     policy.set_adapters_enabled(true);
 }
+
+#[test]
+fn smol_presets_keep_their_methods_settings_and_fit_their_budget() {
+    use toolsmith_train::rl::{Method, RlConfig};
+    for method in Method::all() {
+        let name = format!("smol-{}", method.name());
+        let preset = RlConfig::preset(&name, None).expect("preset");
+        let own = RlConfig::for_method(method);
+        // The method's own choices survive the preset: its mode, rewards, loss, graph, simulator.
+        assert_eq!(preset.method, method);
+        assert_eq!(preset.worlds.styles, own.worlds.styles, "{name}");
+        assert_eq!(preset.rewards, own.rewards, "{name}");
+        assert_eq!(preset.loss, own.loss, "{name}");
+        assert_eq!(preset.graph.is_some(), own.graph.is_some(), "{name}");
+        assert_eq!(preset.simulate.is_some(), own.simulate.is_some(), "{name}");
+        assert_eq!(preset.eval.as_ref().map(|e| e.modes.clone()), own.eval.map(|e| e.modes), "{name}");
+        // Sized for SmolLM2 on two cores, and held out from its training worlds.
+        assert_eq!(preset.trainable_layers, Some(8));
+        assert!(preset.iterations * (preset.tasks_per_iteration * preset.group_size) as u64 <= 6 * 32, "{name}");
+        assert!(preset.overlong_cache <= preset.max_tokens);
+        preset.validate().expect("valid");
+        // With --method it must agree.
+        assert!(RlConfig::preset(&name, Some(method)).is_ok());
+        let other = Method::all().find(|m| *m != method).expect("another method");
+        let err = RlConfig::preset(&name, Some(other)).expect_err("disagreeing method").to_string();
+        assert!(err.contains(&format!("not {}", other.name())), "{err}");
+    }
+    assert!(RlConfig::preset("smol-world", None).is_err());
+}

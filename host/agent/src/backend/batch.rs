@@ -84,6 +84,26 @@ impl Default for BatchConfig {
     }
 }
 
+impl BatchConfig {
+    /// Settings for `episodes` agent loops of `policy` that run side by side (rollout groups, a
+    /// held-out evaluation), each of up to `max_turns` turns of `max_tokens`: a turn's requests
+    /// wait up to 100 ms for each other (an episode's tool calls take milliseconds, a turn's
+    /// decoding seconds, and a bigger batch costs less per row), and the prefix cache holds every
+    /// episode's conversation, so no turn prefills its episode's history again.
+    pub fn for_episodes(episodes: usize, max_turns: usize, max_tokens: usize, policy: &Policy) -> Self {
+        // The system prompt with its tool listing, then each turn's answer and observation (both
+        // estimated generously; an entry that does not fit is prefilled again).
+        let tokens = max_turns.saturating_mul(max_tokens + 256).saturating_add(1024).min(policy.context_len());
+        let bytes = episodes.saturating_mul(tokens).saturating_mul(policy.kv_bytes_per_token());
+        BatchConfig {
+            max_batch: episodes.max(1),
+            window: Duration::from_millis(100),
+            prefix_cache_bytes: bytes.max(super::PREFIX_CACHE_BYTES),
+            join_every: 0,
+        }
+    }
+}
+
 impl BatchedBackend {
     /// A backend over `policy` (shared, e.g. with a trainer that updates it between rollouts);
     /// its worker thread ends when the last clone is dropped.

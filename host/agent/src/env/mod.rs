@@ -109,6 +109,8 @@ pub fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> Result<(), 
 pub fn write_world(world: &World, dir: &Path) -> Result<(), EnvError> {
     write_jsonl(&dir.join("corpus.jsonl"), &world.documents())?;
     write_jsonl(&dir.join("tasks.jsonl"), &world.tasks())?;
+    // The same tasks in other words, for evaluation only (no trace is made from them).
+    write_jsonl(&dir.join("tasks-reworded.jsonl"), &world.reworded_tasks())?;
     let config = serde_json::to_string_pretty(&world.config).unwrap_or_default();
     std::fs::write(dir.join("world.json"), config + "\n").map_err(|e| EnvError::Io(dir.join("world.json"), e))
 }

@@ -394,6 +394,17 @@ impl World {
 
     /// Every family's tasks, in a fixed order.
     pub fn tasks(&self) -> Vec<Task> {
+        self.tasks_worded(Wording::Templates)
+    }
+
+    /// The same tasks (entities, answers, solutions) asked in other words: sentence frames the
+    /// generator never writes, so no training trace has seen them. Held-out EM on these tells
+    /// whether a policy learned the task or the templates.
+    pub fn reworded_tasks(&self) -> Vec<Task> {
+        self.tasks_worded(Wording::Reworded)
+    }
+
+    fn tasks_worded(&self, w: Wording) -> Vec<Task> {
         let mut rng = StdRng::seed_from_u64(self.config.seed ^ 0x7a5c);
         let n = self.config.tasks_per_family;
         let mut tasks = Vec::new();
@@ -401,11 +412,11 @@ impl World {
             let count = if family == Family::MultiObjective { 9 * n.div_ceil(3) } else { n };
             for i in 0..count {
                 let mut task = match family {
-                    Family::SingleHop => self.single_hop(&mut rng),
-                    Family::MultiHopSequential => self.sequential(&mut rng, 2 + i % 3),
-                    Family::MultiHopParallel => self.parallel(&mut rng, i),
-                    Family::MultiObjective => self.multi_objective(&mut rng, 2 + i % 9),
-                    Family::Numeric => self.numeric(&mut rng, i),
+                    Family::SingleHop => self.single_hop(&mut rng, w),
+                    Family::MultiHopSequential => self.sequential(&mut rng, 2 + i % 3, w),
+                    Family::MultiHopParallel => self.parallel(&mut rng, i, w),
+                    Family::MultiObjective => self.multi_objective(&mut rng, 2 + i % 9, w),
+                    Family::Numeric => self.numeric(&mut rng, i, w),
                     Family::Custom => continue,
                 };
                 task.id = format!("{}-{i:03}", family.name());
@@ -458,13 +469,13 @@ impl World {
         (step, value)
     }
 
-    fn single_hop(&self, rng: &mut StdRng) -> Task {
-        let (question, entity, key) = self.simple_question(rng);
+    fn single_hop(&self, rng: &mut StdRng, w: Wording) -> Task {
+        let (question, entity, key) = self.simple_question(rng, w);
         let (step, answer) = self.lookup(1, entity, key, vec![]);
         task(Family::SingleHop, question, answer, vec![step], None)
     }
 
-    fn simple_question(&self, rng: &mut StdRng) -> (String, &Entity, &'static str) {
+    fn simple_question(&self, rng: &mut StdRng, w: Wording) -> (String, &Entity, &'static str) {
         let kind =
             [EntityKind::Person, EntityKind::City, EntityKind::Company, EntityKind::Country][rng.random_range(0..4)];
         let e = self.pick(rng, kind);
@@ -478,18 +489,38 @@ impl World {
             (EntityKind::Company, _) => (format!("In what year was {n} founded?"), "founded"),
             (EntityKind::Country, _) => (format!("What is the capital of {n}?"), "capital"),
         };
+        if w == Wording::Reworded {
+            let q = match key {
+                "born_in" => format!("{n} was born in a city. Which one?"),
+                "occupation" => format!("What does {n} do for a living?"),
+                "population" => format!("How many people live in {n}?"),
+                "country" => format!("{n} lies in which country?"),
+                "founder" => format!("Name the person who set up {n}."),
+                "founded" => format!("When was {n} established? Give the year."),
+                _ => format!("Name the capital city of {n}."),
+            };
+            return (q, e, key);
+        }
         (q, e, key)
     }
 
     /// A chain of `hops` lookups: company -> founder -> birthplace -> country -> currency.
-    fn sequential(&self, rng: &mut StdRng, hops: usize) -> Task {
+    fn sequential(&self, rng: &mut StdRng, hops: usize, w: Wording) -> Task {
         // (relation key, phrase for "the X of {}") from a company down to a currency.
-        let chain: [(&str, &str); 4] = [
-            ("founder", "the founder of {}"),
-            ("born_in", "the city where {} was born"),
-            ("country", "the country that {} is in"),
-            ("currency", "the currency of {}"),
-        ];
+        let chain: [(&str, &str); 4] = match w {
+            Wording::Templates => [
+                ("founder", "the founder of {}"),
+                ("born_in", "the city where {} was born"),
+                ("country", "the country that {} is in"),
+                ("currency", "the currency of {}"),
+            ],
+            Wording::Reworded => [
+                ("founder", "the person who set up {}"),
+                ("born_in", "the birthplace of {}"),
+                ("country", "the nation where {} lies"),
+                ("currency", "the money used in {}"),
+            ],
+        };
         let start = 4 - hops;
         let kinds = [EntityKind::Company, EntityKind::Person, EntityKind::City, EntityKind::Country];
         let mut entity = self.pick(rng, kinds[start]);
@@ -506,12 +537,15 @@ impl World {
                 entity = next;
             }
         }
-        let question = format!("What is {phrase}?");
+        let question = match w {
+            Wording::Templates => format!("What is {phrase}?"),
+            Wording::Reworded => format!("Tell me {phrase}."),
+        };
         task(Family::MultiHopSequential, question, answer, steps, None)
     }
 
     /// Independent branches: compare 2-4 entities, or ask whether two people share a country.
-    fn parallel(&self, rng: &mut StdRng, i: usize) -> Task {
+    fn parallel(&self, rng: &mut StdRng, i: usize, w: Wording) -> Task {
         if i % 4 == 3 {
             let a = self.pick(rng, EntityKind::Person);
             let b = loop {
@@ -527,7 +561,10 @@ impl World {
             let (s3, country_a) = self.lookup(3, ca, "country", vec!["1".into()]);
             let (s4, country_b) = self.lookup(4, cb, "country", vec!["2".into()]);
             let answer = if country_a == country_b { "yes" } else { "no" };
-            let question = format!("Were {} and {} born in the same country?", a.name, b.name);
+            let question = match w {
+                Wording::Templates => format!("Were {} and {} born in the same country?", a.name, b.name),
+                Wording::Reworded => format!("Do {} and {} come from one country? Say yes or no.", a.name, b.name),
+            };
             return task(Family::MultiHopParallel, question, answer.into(), vec![s1, s2, s3, s4], None);
         }
         let k = 2 + i % 3;
@@ -549,7 +586,12 @@ impl World {
             }
         }
         let names: Vec<&str> = chosen.iter().map(|e| e.name.as_str()).collect();
-        let question = format!("{question_start}: {}?", join_or(&names));
+        let question = match (w, i % 3) {
+            (Wording::Templates, _) => format!("{question_start}: {}?", join_or(&names)),
+            (Wording::Reworded, 0) => format!("Among {}, which city is home to the most people?", join_and(&names)),
+            (Wording::Reworded, 1) => format!("Among {}, which company is the oldest?", join_and(&names)),
+            (Wording::Reworded, _) => format!("Among {}, who is the oldest person?", join_and(&names)),
+        };
         let answer = best.map(|(_, n)| n.to_string()).unwrap_or_default();
         task(Family::MultiHopParallel, question, answer, steps, None)
     }
@@ -561,13 +603,13 @@ impl World {
         all
     }
 
-    fn multi_objective(&self, rng: &mut StdRng, objectives: usize) -> Task {
+    fn multi_objective(&self, rng: &mut StdRng, objectives: usize, w: Wording) -> Task {
         let mut questions = Vec::new();
         let mut answers = Vec::new();
         let mut steps = Vec::new();
         let mut seen = HashSet::new();
         while questions.len() < objectives {
-            let (q, e, key) = self.simple_question(rng);
+            let (q, e, key) = self.simple_question(rng, w);
             if !seen.insert(q.clone()) {
                 continue;
             }
@@ -576,17 +618,24 @@ impl World {
             questions.push(format!("({}) {q}", questions.len() + 1));
             answers.push(answer);
         }
-        let question = format!(
-            "Answer each question and give the answers in order, separated by semicolons. {}",
-            questions.join(" ")
-        );
+        let question = match w {
+            Wording::Templates => format!(
+                "Answer each question and give the answers in order, separated by semicolons. {}",
+                questions.join(" ")
+            ),
+            Wording::Reworded => format!(
+                "Please reply to all of the following, keeping their order and putting a semicolon between \
+                 the replies. {}",
+                questions.join(" ")
+            ),
+        };
         let mut t = task(Family::MultiObjective, question, answers.join("; "), steps, None);
         t.objectives = objectives;
         t
     }
 
     /// Sums of populations or gaps between founding years: exact arithmetic over findings.
-    fn numeric(&self, rng: &mut StdRng, i: usize) -> Task {
+    fn numeric(&self, rng: &mut StdRng, i: usize, w: Wording) -> Task {
         let k = 2 + i % 3;
         let (kind, key, what) = if i.is_multiple_of(2) {
             (EntityKind::City, "population", "the total population")
@@ -602,7 +651,11 @@ impl World {
             values.push(value.parse::<i64>().unwrap_or_default());
         }
         let names: Vec<&str> = chosen.iter().map(|e| e.name.as_str()).collect();
-        let question = format!("What is {what} of {}?", join_and(&names));
+        let question = match (w, key) {
+            (Wording::Templates, _) => format!("What is {what} of {}?", join_and(&names)),
+            (Wording::Reworded, "population") => format!("Add up the populations of {}.", join_and(&names)),
+            (Wording::Reworded, _) => format!("Add together the years in which {} were founded.", join_and(&names)),
+        };
         let compute = Compute {
             name: "sum_integers".into(),
             description: "Add a list of integers exactly.".into(),
@@ -612,6 +665,15 @@ impl World {
         let answer = values.iter().sum::<i64>().to_string();
         task(Family::Numeric, question, answer, steps, Some(compute))
     }
+}
+
+/// How task questions are worded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wording {
+    /// The generator's templates, which training traces use.
+    Templates,
+    /// Other sentence frames, never used in training.
+    Reworded,
 }
 
 fn with_article(word: &str) -> String {

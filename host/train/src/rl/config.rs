@@ -292,12 +292,89 @@ impl RlConfig {
         (method.spec().defaults)(base)
     }
 
-    /// A named preset: `tiny-world` (the tiny policy from `init`, the SFT preset's worlds).
-    pub fn preset(name: &str, method: Method) -> Result<Self, TrainError> {
-        match name {
-            "tiny-world" => Ok(RlConfig { threads: 2, tool_format: ToolFormat::Brief, ..RlConfig::for_method(method) }),
-            other => Err(TrainError::Config(format!("unknown preset {other:?} (tiny-world)"))),
+    /// A named preset, for `method` where the name does not say it (`--method`).
+    ///
+    /// `tiny-world`: the tiny policy from `init`, the SFT preset's worlds.
+    ///
+    /// `smol-<method>` (`smol-gap`, `smol-searl`, `smol-mem`, `smol-mtr`): SmolLM2-135M from the
+    /// `smol-world` SFT preset's checkpoint (`init`), its top 8 layers trained in bf16 on the SFT
+    /// preset's 16 training worlds, 6 iterations of 4 tasks x 8 episodes (5 turns of 96 tokens),
+    /// evaluated before and after on 10 questions per family of the held-out world in the
+    /// method's mode, as the SFT preset evaluates; about 30 minutes on 2 CPU cores.
+    pub fn preset(name: &str, method: Option<Method>) -> Result<Self, TrainError> {
+        if name == "tiny-world" {
+            let method = method.unwrap_or(Method::GAP);
+            return Ok(RlConfig { threads: 2, tool_format: ToolFormat::Brief, ..RlConfig::for_method(method) });
         }
+        let Some(named) = name.strip_prefix("smol-").and_then(Method::parse) else {
+            return Err(TrainError::Config(format!(
+                "unknown preset {name:?} (tiny-world, or smol-<method> with <method> one of {})",
+                Method::choices()
+            )));
+        };
+        if let Some(given) = method
+            && given != named
+        {
+            return Err(TrainError::Config(format!(
+                "the {name} preset is for {}, not {}: leave --method out or pick smol-{}",
+                named.name(),
+                given.name(),
+                given.name()
+            )));
+        }
+        let base = RlConfig::for_method(named);
+        Ok(RlConfig {
+            // Set by --init: the preset starts from a checkpoint, never from a name.
+            init: String::new(),
+            worlds: WorldsData { seeds: (1..=16).collect(), countries: 4, ..base.worlds },
+            eval: Some(EvalConfig {
+                tasks_per_family: 10,
+                max_turns: 6,
+                max_tokens: 128,
+                parallel: 40,
+                ..base.eval.clone().unwrap_or_default()
+            }),
+            // One iteration is ~3.5 minutes here, most of it decoding 32 episodes; 6 leave room
+            // for the two evaluations within 30 minutes.
+            iterations: 6,
+            tasks_per_iteration: 4,
+            group_size: 8,
+            max_turns: 5,
+            max_tokens: 96,
+            // Six iterations: each batch is used twice (the second pass clipped), and the step
+            // is larger than the papers' 1e-6, which is for billions of parameters.
+            epochs: 2,
+            lr: 2e-5,
+            // Dynamic sampling's refills cost a whole round of rollouts each.
+            max_refills: 1,
+            overlong_cache: base.overlong_cache.min(24),
+            // The top 8 layers: 2.4x the speed of a full update and a third of its memory
+            // (BENCHMARKS.md), and the lower layers' keys and values stay valid across updates.
+            trainable_layers: Some(8),
+            micro_batch_tokens: 4096,
+            threads: 2,
+            tool_format: ToolFormat::Brief,
+            checkpoint_every: 2,
+            ..base
+        })
+    }
+
+    /// Checks that settings made from preset `name`, flags applied, still suit the model the
+    /// preset is tuned for: a `smol-` preset starts from a SmolLM2-135M checkpoint that already
+    /// answers in the agent's format.
+    pub fn check_preset(&self, name: &str) -> Result<(), TrainError> {
+        if !name.starts_with("smol-") {
+            return Ok(());
+        }
+        if matches!(self.init.as_str(), "" | "tiny" | "smollm2-135m") {
+            let what = if self.init.is_empty() { "no --init".to_string() } else { format!("--init {}", self.init) };
+            return Err(TrainError::Config(format!(
+                "the {name} preset starts from the smol-world SFT preset's checkpoint, and got {what}: RL needs a \
+                 policy that already answers in the agent's format (toolsmith train sft --preset smol-world --out \
+                 SFT, then --init SFT/final)"
+            )));
+        }
+        crate::config::check_smol_init(name, &self.init)
     }
 
     /// Reads a TOML (`.toml`) or JSON file over `method`'s defaults. Unknown keys are errors.

@@ -279,16 +279,7 @@ impl Unit for RlUnit {
 /// pass serves them all instead of the stragglers forming a second, small batch.
 fn rollout_batching(config: &RlConfig, policy: &Policy) -> BatchConfig {
     let episodes = config.tasks_per_iteration * config.group_size;
-    // An episode's tokens: the system prompt with its tool listing, then each turn's answer and
-    // observation (both estimated generously; an entry that does not fit is prefilled again).
-    let tokens = (1024 + config.max_turns * (config.max_tokens + 256)).min(policy.context_len());
-    let bytes = episodes.saturating_mul(tokens).saturating_mul(policy.kv_bytes_per_token());
-    BatchConfig {
-        max_batch: episodes.max(1),
-        window: std::time::Duration::from_millis(100),
-        prefix_cache_bytes: bytes.max(BatchConfig::default().prefix_cache_bytes),
-        join_every: 0,
-    }
+    BatchConfig::for_episodes(episodes, config.max_turns, config.max_tokens, policy)
 }
 
 /// Calls of an iteration's episodes, by kind.
