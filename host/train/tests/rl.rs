@@ -924,6 +924,7 @@ fn smol_presets_keep_their_methods_settings_and_fit_their_budget() {
         assert_eq!(preset.eval.as_ref().map(|e| e.modes.clone()), own.eval.map(|e| e.modes), "{name}");
         // Sized for SmolLM2 on two cores, and held out from its training worlds.
         assert_eq!(preset.trainable_layers, Some(8));
+        assert!(!preset.families.is_empty() && preset.families.len() < 5, "{name}");
         assert!(preset.iterations * (preset.tasks_per_iteration * preset.group_size) as u64 <= 6 * 32, "{name}");
         assert!(preset.overlong_cache <= preset.max_tokens);
         preset.validate().expect("valid");
@@ -934,4 +935,7 @@ fn smol_presets_keep_their_methods_settings_and_fit_their_budget() {
         assert!(err.contains(&format!("not {}", other.name())), "{err}");
     }
     assert!(RlConfig::preset("smol-world", None).is_err());
+    let custom = RlConfig { families: vec![toolsmith_agent::env::Family::Custom], ..RlConfig::default() };
+    let err = custom.validate().expect_err("no such tasks").to_string();
+    assert!(err.contains("no custom tasks"), "{err}");
 }

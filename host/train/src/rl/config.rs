@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use toolsmith_agent::ToolFormat;
+use toolsmith_agent::{Mode, ToolFormat};
+use toolsmith_agent::env::Family;
 
 use crate::TrainError;
 use crate::config::{EvalConfig, WorldsData};
@@ -117,6 +118,10 @@ pub struct RlConfig {
     /// Training worlds: the tasks rollouts are drawn from (their traces are not used). By default
     /// the SFT preset's split (seeds 1-24, 4 countries, 2 tasks per family).
     pub worlds: WorldsData,
+    /// Families whose tasks rollouts draw (empty: all). A curriculum: a small policy learns from
+    /// groups whose episodes differ, and a family it never solves gives none. Held-out evaluation
+    /// still asks every family. By default empty.
+    pub families: Vec<Family>,
     /// Held-out evaluation on a world of another seed; `null` disables it.
     pub eval: Option<EvalConfig>,
     /// Iterations (rollouts of a batch of tasks, then updates). By default 20.
@@ -251,6 +256,7 @@ impl RlConfig {
                 tasks_per_family: 2,
                 styles: vec![method.mode()],
             },
+            families: Vec::new(),
             eval: Some(EvalConfig { modes: vec![method.mode()], ..EvalConfig::default() }),
             iterations: 20,
             tasks_per_iteration: 8,
@@ -298,7 +304,8 @@ impl RlConfig {
     ///
     /// `smol-<method>` (`smol-gap`, `smol-searl`, `smol-mem`, `smol-mtr`): SmolLM2-135M from the
     /// `smol-world` SFT preset's checkpoint (`init`), its top 8 layers trained in bf16 on the SFT
-    /// preset's 16 training worlds, 6 iterations of 4 tasks x 8 episodes (5 turns of 96 tokens),
+    /// preset's 16 training worlds (the families the method's effect shows on), 6 iterations of
+    /// 4 tasks x 8 episodes (5 turns of 128 tokens),
     /// evaluated before and after on 10 questions per family of the held-out world in the
     /// method's mode, as the SFT preset evaluates; about 30 minutes on 2 CPU cores.
     pub fn preset(name: &str, method: Option<Method>) -> Result<Self, TrainError> {
@@ -323,7 +330,17 @@ impl RlConfig {
             )));
         }
         let base = RlConfig::for_method(named);
+        // The families whose groups differ: the SFT checkpoint answers single-hop questions half
+        // the time and multi-hop ones sometimes, but almost never eight-objective or arithmetic
+        // ones at temperature 1, whose groups are dropped (all wrong) and cost a round of
+        // rollouts each. Each method keeps the family its paper's effect shows on.
+        let families = match named.mode() {
+            Mode::Searl => vec![Family::SingleHop, Family::MultiHopParallel, Family::Numeric],
+            Mode::Mem => vec![Family::SingleHop, Family::MultiObjective],
+            _ => vec![Family::SingleHop, Family::MultiHopSequential, Family::MultiHopParallel],
+        };
         Ok(RlConfig {
+            families,
             // Set by --init: the preset starts from a checkpoint, never from a name.
             init: String::new(),
             worlds: WorldsData { seeds: (1..=16).collect(), countries: 4, ..base.worlds },
@@ -339,15 +356,17 @@ impl RlConfig {
             iterations: 6,
             tasks_per_iteration: 4,
             group_size: 8,
+            // A plan takes about 100 tokens: 96 cut most of them (reward -0.9 from the overlong
+            // penalty, EM 0.02 over the first 64 episodes); 128 is what evaluation allows.
             max_turns: 5,
-            max_tokens: 96,
+            max_tokens: 128,
             // Six iterations: each batch is used twice (the second pass clipped), and the step
             // is larger than the papers' 1e-6, which is for billions of parameters.
             epochs: 2,
             lr: 2e-5,
             // Dynamic sampling's refills cost a whole round of rollouts each.
             max_refills: 1,
-            overlong_cache: base.overlong_cache.min(24),
+            overlong_cache: base.overlong_cache.min(32),
             // The top 8 layers: 2.4x the speed of a full update and a third of its memory
             // (BENCHMARKS.md), and the lower layers' keys and values stay valid across updates.
             trainable_layers: Some(8),
@@ -443,6 +462,9 @@ impl RlConfig {
         }
         if self.worlds.seeds.is_empty() {
             return bad("no training worlds: worlds.seeds is empty".into());
+        }
+        if let Some(f) = self.families.iter().find(|f| !Family::GENERATED.contains(f)) {
+            return bad(format!("families: the generated worlds have no {} tasks", f.name()));
         }
         if let Some(eval) = &self.eval
             && self.worlds.seeds.contains(&eval.world_seed)

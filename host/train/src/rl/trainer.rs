@@ -134,7 +134,9 @@ impl RlTrainer {
                     Some(actor) => simulated(tools_for(corpus).as_ref(), actor.clone())?,
                     None => tools_for(corpus),
                 };
-                Ok(TrainWorld { tasks: world.tasks(), tools })
+                let mut tasks = world.tasks();
+                tasks.retain(|t| config.families.is_empty() || config.families.contains(&t.family));
+                Ok(TrainWorld { tasks, tools })
             })
             .collect::<Result<_, TrainError>>()?;
         let graph = match (&config.graph, &resumed) {
