@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use toolsmith_agent::{Mode, ToolFormat};
 use toolsmith_agent::env::Family;
+use toolsmith_agent::{Mode, ToolFormat};
 
 use crate::TrainError;
 use crate::config::{EvalConfig, WorldsData};
