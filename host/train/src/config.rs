@@ -155,6 +155,12 @@ impl Default for WorldsData {
 }
 
 impl WorldsData {
+    /// The `smol-` presets' training worlds: seeds 1-16, 4 countries, 2 tasks per family, every
+    /// style. Many small worlds: every trace brings new names.
+    pub fn smol() -> Self {
+        WorldsData { seeds: (1..=16).collect(), countries: 4, tasks_per_family: 2, styles: Mode::ALL.to_vec() }
+    }
+
     /// The world of `seed`.
     pub fn world(&self, seed: u64) -> WorldConfig {
         WorldConfig { seed, countries: self.countries, tasks_per_family: self.tasks_per_family }
@@ -199,6 +205,14 @@ impl Default for EvalConfig {
             parallel: 16,
             before: true,
         }
+    }
+}
+
+impl EvalConfig {
+    /// The `smol-` presets' held-out evaluation: 10 questions per family, up to 6 turns of 128
+    /// tokens, 40 episodes decoded at once.
+    pub fn smol() -> Self {
+        EvalConfig { tasks_per_family: 10, max_turns: 6, max_tokens: 128, parallel: 40, ..EvalConfig::default() }
     }
 }
 
@@ -261,15 +275,7 @@ impl SftConfig {
                 init: "smollm2-135m".into(),
                 // Many worlds, each small: every trace brings new names, so the model learns to
                 // copy names from the question and the observations instead of remembering them.
-                data: DataConfig {
-                    files: Vec::new(),
-                    worlds: WorldsData {
-                        seeds: (1..=16).collect(),
-                        countries: 4,
-                        tasks_per_family: 2,
-                        styles: Mode::ALL.to_vec(),
-                    },
-                },
+                data: DataConfig { files: Vec::new(), worlds: WorldsData::smol() },
                 // 100 steps of 2,048 tokens: about 11 minutes of full bf16 fine-tuning here.
                 // 1e-4 took held-out single-hop EM from 0 to 0.44 in 40 such steps of ReAct traces.
                 steps: Some(100),
@@ -281,15 +287,11 @@ impl SftConfig {
                 checkpoint_every: 25,
                 eval_every: 0,
                 eval: Some(EvalConfig {
-                    tasks_per_family: 10,
-                    max_turns: 6,
-                    max_tokens: 128,
-                    parallel: 40,
                     // The base model never answers in the agent's format (held-out EM 0, every
                     // episode to its turn budget: BENCHMARKS.md), and that pass alone would
                     // take longer than the whole preset.
                     before: false,
-                    ..EvalConfig::default()
+                    ..EvalConfig::smol()
                 }),
                 ..SftConfig::default()
             }),

@@ -480,27 +480,31 @@ impl World {
             [EntityKind::Person, EntityKind::City, EntityKind::Company, EntityKind::Country][rng.random_range(0..4)];
         let e = self.pick(rng, kind);
         let n = &e.name;
-        let (q, key) = match (kind, rng.random_range(0..2)) {
-            (EntityKind::Person, 0) => (format!("In which city was {n} born?"), "born_in"),
-            (EntityKind::Person, _) => (format!("What is the occupation of {n}?"), "occupation"),
-            (EntityKind::City, 0) => (format!("What is the population of {n}?"), "population"),
-            (EntityKind::City, _) => (format!("In which country is {n}?"), "country"),
-            (EntityKind::Company, 0) => (format!("Who founded {n}?"), "founder"),
-            (EntityKind::Company, _) => (format!("In what year was {n} founded?"), "founded"),
-            (EntityKind::Country, _) => (format!("What is the capital of {n}?"), "capital"),
+        let key = match (kind, rng.random_range(0..2)) {
+            (EntityKind::Person, 0) => "born_in",
+            (EntityKind::Person, _) => "occupation",
+            (EntityKind::City, 0) => "population",
+            (EntityKind::City, _) => "country",
+            (EntityKind::Company, 0) => "founder",
+            (EntityKind::Company, _) => "founded",
+            (EntityKind::Country, _) => "capital",
         };
-        if w == Wording::Reworded {
-            let q = match key {
-                "born_in" => format!("{n} was born in a city. Which one?"),
-                "occupation" => format!("What does {n} do for a living?"),
-                "population" => format!("How many people live in {n}?"),
-                "country" => format!("{n} lies in which country?"),
-                "founder" => format!("Name the person who set up {n}."),
-                "founded" => format!("When was {n} established? Give the year."),
-                _ => format!("Name the capital city of {n}."),
-            };
-            return (q, e, key);
-        }
+        let q = match (w, key) {
+            (Wording::Templates, "born_in") => format!("In which city was {n} born?"),
+            (Wording::Templates, "occupation") => format!("What is the occupation of {n}?"),
+            (Wording::Templates, "population") => format!("What is the population of {n}?"),
+            (Wording::Templates, "country") => format!("In which country is {n}?"),
+            (Wording::Templates, "founder") => format!("Who founded {n}?"),
+            (Wording::Templates, "founded") => format!("In what year was {n} founded?"),
+            (Wording::Templates, _) => format!("What is the capital of {n}?"),
+            (Wording::Reworded, "born_in") => format!("{n} was born in a city. Which one?"),
+            (Wording::Reworded, "occupation") => format!("What does {n} do for a living?"),
+            (Wording::Reworded, "population") => format!("How many people live in {n}?"),
+            (Wording::Reworded, "country") => format!("{n} lies in which country?"),
+            (Wording::Reworded, "founder") => format!("Name the person who set up {n}."),
+            (Wording::Reworded, "founded") => format!("When was {n} established? Give the year."),
+            (Wording::Reworded, _) => format!("Name the capital city of {n}."),
+        };
         (q, e, key)
     }
 

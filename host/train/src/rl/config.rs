@@ -307,7 +307,7 @@ impl RlConfig {
     /// preset's 16 training worlds (the families the method's effect shows on), 6 iterations of
     /// 4 tasks x 8 episodes (5 turns of 128 tokens),
     /// evaluated before and after on 10 questions per family of the held-out world in the
-    /// method's mode, as the SFT preset evaluates; about 30 minutes on 2 CPU cores.
+    /// method's mode, as the SFT preset evaluates; 16-19 minutes on 2 CPU cores.
     pub fn preset(name: &str, method: Option<Method>) -> Result<Self, TrainError> {
         if name == "tiny-world" {
             let method = method.unwrap_or(Method::GAP);
@@ -343,16 +343,13 @@ impl RlConfig {
             families,
             // Set by --init: the preset starts from a checkpoint, never from a name.
             init: String::new(),
-            worlds: WorldsData { seeds: (1..=16).collect(), countries: 4, ..base.worlds },
+            worlds: WorldsData { styles: base.worlds.styles.clone(), ..WorldsData::smol() },
             eval: Some(EvalConfig {
-                tasks_per_family: 10,
-                max_turns: 6,
-                max_tokens: 128,
-                parallel: 40,
-                ..base.eval.clone().unwrap_or_default()
+                modes: base.eval.as_ref().map_or_else(|| vec![named.mode()], |e| e.modes.clone()),
+                ..EvalConfig::smol()
             }),
-            // One iteration is ~3.5 minutes here, most of it decoding 32 episodes; 6 leave room
-            // for the two evaluations within 30 minutes.
+            // An iteration took 2.2-2.7 minutes here, most of it decoding 32 episodes, and an
+            // evaluation about 2: six ran in 16-19 minutes (BENCHMARKS.md).
             iterations: 6,
             tasks_per_iteration: 4,
             group_size: 8,
