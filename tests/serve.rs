@@ -645,3 +645,64 @@ fn a_daemon_killed_mid_job_resumes_it_from_its_last_checkpoint() {
         .expect("doctor");
     common::ok(&doctor);
 }
+
+/// An agent takes every tool of a world over MCP from one daemon (`eval --tools`): the corpus the
+/// daemon serves (`serve --corpus`) is its search tool, the graph's plugins its other tools, and
+/// tools it creates in SEARL mode are admitted to the daemon's graph. The oracle solves every
+/// family through them as it does with local tools, and the policy endpoint answers beside them.
+#[test]
+fn an_agent_takes_its_tools_over_mcp_and_its_policy_over_http_from_one_daemon() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let world_dir = dir.path().join("world");
+    let world = ["--seed", "7", "--countries", "2", "--tasks-per-family", "2"];
+    let w = world_dir.to_str().expect("utf-8");
+    common::ok(&toolsmith().args(["world", "generate"]).args(world).args(["--out", w]).output().expect("world"));
+    let corpus = world_dir.join("corpus.jsonl");
+    let corpus = corpus.to_str().expect("utf-8");
+    let server = HttpServer::start_in(dir.path(), &["--corpus", corpus, "--policy", "tiny", "--model-name", "tiny"]);
+    let mcp = server.mcp();
+    // The client keeps its own registry: everything it runs goes through the daemon.
+    let client_registry = dir.path().join("client.db");
+    let eval = |extra: &[&str]| -> Value {
+        let out = toolsmith()
+            .arg("--registry")
+            .arg(&client_registry)
+            .args(["eval", "--tools", &mcp, "--json"])
+            .args(world)
+            .args(extra)
+            .output()
+            .expect("eval");
+        serde_json::from_str(&common::ok(&out)).expect("one JSON object")
+    };
+    let status = |server: &HttpServer| json_of(&api(server, "GET", "/status", None, None));
+    let before = status(&server)["calls_served"].as_u64().unwrap_or(0);
+
+    let report = eval(&["--mode", "gap"]);
+    assert_eq!(report["overall"]["em"], 1.0, "{report}");
+    let tasks = std::fs::read_to_string(world_dir.join("tasks.jsonl")).expect("tasks").lines().count();
+    assert_eq!(report["overall"]["tasks"], tasks, "{report}");
+    let served = status(&server)["calls_served"].as_u64().unwrap_or(0) - before;
+    assert!(served >= 10, "the oracle's calls ran on the daemon: {served}");
+
+    // SEARL: the tools the agent creates become nodes of the daemon's graph.
+    let report = eval(&["--mode", "searl", "--family", "numeric"]);
+    assert_eq!(report["overall"]["em"], 1.0, "{report}");
+    let listed = common::ok(
+        &toolsmith().arg("--registry").arg(dir.path().join("registry.db")).args(["tools", "list"]).output().expect("list"),
+    );
+    assert!(listed.contains("sum_integers"), "{listed}");
+
+    // The policy over HTTP with the tools over MCP: the untrained model answers nothing, but
+    // every episode runs to its end without a backend error.
+    let policy = format!("{}/v1", server.base);
+    let report = eval(&["--policy", &policy, "--model", "tiny", "--limit", "2", "--max-turns", "2", "--max-tokens", "8"]);
+    assert_eq!(report["overall"]["tasks"], 2, "{report}");
+    assert_eq!(report["overall"]["backend_errors"], 0, "{report}");
+
+    // Bad input: no server there, or a corpus beside the server's tools.
+    let out = toolsmith().args(["eval", "--tools", "http://127.0.0.1:9/mcp", "--limit", "1"]).output().expect("eval");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("cannot connect to the MCP server"), "{stderr}");
+    let out = toolsmith().args(["eval", "--tools", &mcp, "--corpus", corpus]).output().expect("eval");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--corpus"));
+}

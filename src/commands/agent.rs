@@ -15,7 +15,8 @@ use toolsmith_agent::env::metrics::{exact_match, f1};
 use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
 use toolsmith_agent::eval::{evaluate, peak_by_objectives};
 use toolsmith_agent::graph::{RegistryRetriever, call_usage, record_candidates, record_plan};
-use toolsmith_agent::tools::LocalTools;
+use toolsmith_agent::mcp::McpTools;
+use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Scheduler, ToolFormat, Trajectory};
 use toolsmith_policy::{LoadOptions, Policy, Tokenizer};
 use toolsmith_sandbox::Limits;
@@ -122,6 +123,14 @@ pub struct PolicyArgs {
     /// A JSON-lines corpus ({title, text}) for the search tool [default: the bundled world's].
     #[arg(long)]
     pub corpus: Option<PathBuf>,
+    /// Take every tool over MCP from this server instead of running them here, e.g.
+    /// http://127.0.0.1:8750/mcp (`toolsmith serve --http`, whose `--corpus` is then the search
+    /// tool's). Its `search_tools` is not listed to the policy; `--retrieve` retrieves here.
+    #[arg(long, value_name = "URL", conflicts_with = "corpus")]
+    pub tools: Option<String>,
+    /// A file holding the MCP server's bearer token.
+    #[arg(long, value_name = "FILE", requires = "tools")]
+    pub tools_token_file: Option<PathBuf>,
     #[command(flatten)]
     pub world: WorldArgs,
 }
@@ -293,6 +302,7 @@ fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task], episodes: usize) -> Re
 
 fn agent(
     env: &Env,
+    runtime: &tokio::runtime::Runtime,
     args: &PolicyArgs,
     tasks: &[Task],
     corpus: Arc<Corpus>,
@@ -304,9 +314,26 @@ fn agent(
     let Some(tool_format) = ToolFormat::parse(&args.tool_format) else {
         bail!("unknown tool format `{}`: use compact, json or brief", args.tool_format);
     };
-    let toolbox = env.toolbox_maybe_python("create_and_execute_mcp is")?;
-    let limits = Limits { timeout: Duration::from_millis(args.timeout_ms), ..Limits::default() };
-    let tools = Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, limits));
+    let tools: Arc<dyn Executor> = match &args.tools {
+        Some(url) => {
+            let token = match &args.tools_token_file {
+                Some(f) => Some(
+                    std::fs::read_to_string(f)
+                        .with_context(|| format!("cannot read the token file {}", f.display()))?
+                        .trim()
+                        .to_string(),
+                ),
+                None => None,
+            };
+            let hide = vec![toolsmith_daemon::SEARCH_TOOL.to_string()];
+            Arc::new(runtime.block_on(McpTools::connect(url, token, hide))?)
+        }
+        None => {
+            let toolbox = env.toolbox_maybe_python("create_and_execute_mcp is")?;
+            let limits = Limits { timeout: Duration::from_millis(args.timeout_ms), ..Limits::default() };
+            Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, limits))
+        }
+    };
     let config = AgentConfig {
         mode,
         max_turns: args.max_turns,
@@ -377,7 +404,8 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
     if tasks.is_empty() {
         bail!("no tasks to evaluate");
     }
-    let (agent, mut registry) = agent(env, &args.policy, &tasks, corpus, args.parallel)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
+    let (agent, mut registry) = agent(env, &runtime, &args.policy, &tasks, corpus, args.parallel)?;
     if args.record.is_some() && registry.is_none() {
         registry = Some(open_registry(env)?);
     }
@@ -385,7 +413,6 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
         ProgressStyle::with_template("{bar:30} {pos}/{len} tasks · {msg} · {elapsed} (eta {eta})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
     let mut solved = 0usize;
     let mut done = 0usize;
     let report = runtime.block_on(evaluate(&agent, &tasks, args.parallel, |r| {
@@ -437,8 +464,8 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
 
 pub fn run(env: &Env, args: RunArgs) -> Result<ExitCode> {
     let (tasks, corpus) = load_env(&args.policy)?;
-    let (agent, registry) = agent(env, &args.policy, &tasks, corpus, 1)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
+    let (agent, registry) = agent(env, &runtime, &args.policy, &tasks, corpus, 1)?;
     let trajectory = runtime.block_on(agent.run(&args.question));
     let reward = tasks
         .iter()

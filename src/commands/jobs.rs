@@ -38,6 +38,8 @@ pub enum JobsCommand {
         /// RL: the method (picks the defaults).
         #[arg(long, value_parser = super::train::methods())]
         method: Option<String>,
+        #[command(flatten)]
+        overrides: Overrides,
         /// Then follow it like `jobs watch`.
         #[arg(long)]
         watch: bool,
@@ -105,8 +107,8 @@ pub fn run(args: JobsArgs) -> Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start tokio")?;
     runtime.block_on(async move {
         match args.command {
-            JobsCommand::Submit { kind, config, preset, method, watch } => {
-                let config = job_config(&kind, config, preset, method)?;
+            JobsCommand::Submit { kind, config, preset, method, overrides, watch } => {
+                let config = job_config(&kind, config, preset, method, overrides)?;
                 let job = client
                     .json(client.request(reqwest::Method::POST, "/jobs").json(&json!({"kind": kind, "config": config})))
                     .await?;
@@ -149,27 +151,79 @@ pub fn run(args: JobsArgs) -> Result<ExitCode> {
     })
 }
 
+/// Flags of `toolsmith train` a submission may set over its config or preset.
+#[derive(Debug, Default, clap::Args)]
+pub struct Overrides {
+    /// The starting model: `tiny`, `smollm2-135m` or a checkpoint directory (on the daemon's
+    /// machine), e.g. an SFT run's RUN/final.
+    #[arg(long)]
+    init: Option<String>,
+    /// Seed of the run.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// RL: iterations.
+    #[arg(long)]
+    iterations: Option<u64>,
+    /// Peak learning rate.
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Seed of the held-out world.
+    #[arg(long)]
+    eval_world: Option<u64>,
+    /// No held-out evaluation (the job's checkpoints still reach the served policy).
+    #[arg(long)]
+    no_eval: bool,
+}
+
 /// The config a submission carries, resolved here the way `toolsmith train` resolves it.
-fn job_config(kind: &str, file: Option<PathBuf>, preset: Option<String>, method: Option<String>) -> Result<Value> {
+fn job_config(
+    kind: &str,
+    file: Option<PathBuf>,
+    preset: Option<String>,
+    method: Option<String>,
+    o: Overrides,
+) -> Result<Value> {
+    macro_rules! apply {
+        ($config:ident) => {{
+            if let Some(v) = o.init {
+                $config.init = v;
+            }
+            if let Some(v) = o.seed {
+                $config.seed = v;
+            }
+            if let Some(v) = o.lr {
+                $config.lr = v;
+            }
+            super::train::held_out(&mut $config.eval, o.no_eval, None, o.eval_world);
+            if let Some(p) = &preset {
+                $config.check_preset(p)?;
+            }
+        }};
+    }
     Ok(match kind {
         "sft" => {
-            if method.is_some() {
-                bail!("--method is for rl jobs");
+            if method.is_some() || o.iterations.is_some() {
+                bail!("--method and --iterations are for rl jobs");
             }
-            let config = match (preset, file) {
-                (Some(p), _) => SftConfig::preset(&p)?,
+            let mut config = match (&preset, file) {
+                (Some(p), _) => SftConfig::preset(p)?,
                 (None, Some(f)) => SftConfig::from_file(&f)?,
                 (None, None) => SftConfig::default(),
             };
+            apply!(config);
             serde_json::to_value(config)?
         }
         "rl" => {
             let method = method.as_deref().map(Method::parse_or_explain).transpose()?;
-            let config = match (preset, file) {
-                (Some(p), _) => RlConfig::preset(&p, method)?,
+            let mut config = match (&preset, file) {
+                (Some(p), _) => RlConfig::preset(p, method)?,
                 (None, Some(f)) => RlConfig::from_file(&f)?,
                 (None, None) => RlConfig::for_method(method.unwrap_or(Method::GAP)),
             };
+            if let Some(v) = o.iterations {
+                config.iterations = v;
+            }
+            apply!(config);
             serde_json::to_value(config)?
         }
         other => bail!("no job kind {other:?}: sft or rl"),

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -11,6 +12,7 @@ use toolsmith_daemon::{Admission, Daemon, ServeOptions, mcp};
 use toolsmith_sandbox::Limits;
 
 use toolsmith_agent::backend::LocalBackend;
+use toolsmith_agent::env::Corpus;
 use toolsmith_daemon::chat::{Served, served_router};
 use toolsmith_daemon::jobs::{Jobs, jobs_router};
 
@@ -63,6 +65,10 @@ pub struct ServeArgs {
     /// The model name the endpoint reports [default: the directory's name].
     #[arg(long)]
     pub model_name: Option<String>,
+    /// Also serve this JSON-lines corpus ({title, text}, e.g. a `world generate` corpus.jsonl) as
+    /// the `search` tool, so agents can take every tool of a world over MCP.
+    #[arg(long, value_name = "FILE")]
+    pub corpus: Option<PathBuf>,
     /// Where training jobs keep their database (jobs.db) and run directories (jobs/ID)
     /// [default: the registry's directory]. Jobs are served over HTTP only.
     #[arg(long, value_name = "DIR")]
@@ -92,6 +98,12 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
             timeout: Duration::from_millis(args.timeout_ms),
             memory_bytes: args.memory_mb.saturating_mul(1 << 20),
             ..Limits::default()
+        },
+        corpus: match &args.corpus {
+            Some(p) => Some(Arc::new(
+                Corpus::load_jsonl(p).with_context(|| format!("cannot read the corpus {}", p.display()))?,
+            )),
+            None => None,
         },
         ..defaults
     };

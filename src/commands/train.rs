@@ -323,7 +323,7 @@ fn sft_command(env: &Env, args: SftArgs) -> Result<ExitCode> {
 }
 
 /// The held-out flags over a config's evaluation settings.
-fn held_out(
+pub(super) fn held_out(
     eval: &mut Option<toolsmith_train::config::EvalConfig>,
     off: bool,
     tasks_per_family: Option<usize>,

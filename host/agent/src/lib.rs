@@ -6,6 +6,7 @@
 //! - [`runner`]: the agent loop in ReAct, GAP, MemPO and SEARL modes, with retrieval from the tool
 //!   graph and token accounting (TT, PT).
 //! - [`tools`]: the search tool, sandboxed tools, `create_and_execute_mcp` and simulated tools.
+//! - [`mcp`]: the tools of an MCP server (e.g. `toolsmith serve`), as an executor.
 //! - [`backend`]: the local policy, any OpenAI-compatible endpoint, and the [`oracle`].
 //! - [`env`]: the bundled offline world, users' task sets and corpora, and metrics.
 #![warn(missing_docs)]
@@ -14,6 +15,7 @@ pub mod backend;
 pub mod env;
 pub mod eval;
 pub mod graph;
+pub mod mcp;
 pub mod oracle;
 pub mod runner;
 pub mod schedule;

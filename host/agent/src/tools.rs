@@ -29,7 +29,7 @@ pub struct ToolResult {
 }
 
 impl ToolResult {
-    fn of(value: Result<Value, StructuredError>) -> Self {
+    pub(crate) fn of(value: Result<Value, StructuredError>) -> Self {
         ToolResult { value, created: None }
     }
 }

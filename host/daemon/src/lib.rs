@@ -70,6 +70,9 @@ pub struct ServeOptions {
     pub watch_interval: Duration,
     /// The run that candidates are recorded against.
     pub run: String,
+    /// A document corpus served as the `search` tool (what the agent's worlds search), so an
+    /// agent can take every tool it uses over MCP.
+    pub corpus: Option<Arc<toolsmith_agent::env::Corpus>>,
 }
 
 impl Default for ServeOptions {
@@ -81,6 +84,7 @@ impl Default for ServeOptions {
             limits: Limits::default(),
             watch_interval: Duration::from_millis(500),
             run: format!("serve-{}", std::process::id()),
+            corpus: None,
         }
     }
 }
@@ -191,7 +195,7 @@ impl Daemon {
         let generation = registry.generation()?;
         let seen = registry.activity()?;
         let usage = UsageLog::open(registry.path())?;
-        let meta_tools = meta::manifests()
+        let meta_tools = meta::manifests(options.corpus.is_some())
             .map_err(DaemonError::Config)?
             .into_iter()
             .map(|m| {

@@ -1,5 +1,6 @@
 //! The meta tools a client gets besides the graph's own: `search_tools` (so a client need not
-//! load the whole graph into its context) and SEARL's `create_and_execute_mcp`.
+//! load the whole graph into its context), SEARL's `create_and_execute_mcp`, and with a corpus
+//! the agent's `search` over it.
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use toolsmith_contract::schemas::tool_schema_for;
 use toolsmith_contract::{ErrorKind, Manifest, Provenance, StructuredError};
+use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_registry::{Candidate, NewTool, Registered, SearchRequest};
 
 use super::{Admission, CallReply, Daemon, lock};
@@ -17,6 +19,8 @@ use toolsmith_sandbox::python::create::{CreateRequest, CreateResult, DEFAULT_TIM
 pub const SEARCH_TOOL: &str = "search_tools";
 /// SEARL's tool-creation meta tool.
 pub const CREATE_TOOL: &str = "create_and_execute_mcp";
+/// The corpus search tool (served when the daemon has a corpus).
+pub const CORPUS_TOOL: &str = "search";
 
 /// `search_tools` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -74,8 +78,8 @@ struct Found {
     tools: Vec<FoundTool>,
 }
 
-/// The meta tools' manifests (kind `native`).
-pub(super) fn manifests() -> Result<Vec<Manifest>, String> {
+/// The meta tools' manifests (kind `native`), with the corpus `search` tool when there is a corpus.
+pub(super) fn manifests(corpus: bool) -> Result<Vec<Manifest>, String> {
     let search = json!({
         "name": SEARCH_TOOL,
         "version": env!("CARGO_PKG_VERSION"),
@@ -97,19 +101,35 @@ pub(super) fn manifests() -> Result<Vec<Manifest>, String> {
         "output_schema": tool_schema_for::<CreateResult>(),
         "kind": "native",
     });
-    [search, create]
+    let mut out: Vec<Manifest> = [search, create]
         .into_iter()
         .map(|m| Manifest::from_value(m.clone()).map_err(|e| format!("meta tool {}: {e}", m["name"])))
-        .collect()
+        .collect::<Result<_, _>>()?;
+    if corpus {
+        out.push(search_manifest());
+    }
+    Ok(out)
 }
 
 pub(super) async fn call(daemon: &Daemon, name: &str, args: Value) -> CallReply {
     let outcome = match name {
         SEARCH_TOOL => search(daemon, args).await,
         CREATE_TOOL => create(daemon, args).await,
+        CORPUS_TOOL => search_corpus(daemon, args).await,
         other => Err(StructuredError::new(ErrorKind::NotFound, other, "no such meta tool")),
     };
     outcome.unwrap_or_else(|e| CallReply::error(&e))
+}
+
+/// Searches the served corpus on a blocking thread (tantivy reads are synchronous).
+async fn search_corpus(daemon: &Daemon, args: Value) -> Result<CallReply, StructuredError> {
+    let tool_error = |e: String| StructuredError::new(ErrorKind::ToolError, CORPUS_TOOL, e);
+    let corpus = daemon.options().corpus.clone().ok_or_else(|| tool_error("this server has no corpus".into()))?;
+    let found = tokio::task::spawn_blocking(move || corpus.call(&args).map_err(|e| e.to_string()))
+        .await
+        .map_err(|e| tool_error(format!("the search failed: {e}")))?
+        .map_err(tool_error)?;
+    Ok(CallReply::ok(found))
 }
 
 fn bad_args(tool: &str, e: serde_json::Error) -> StructuredError {
