@@ -688,14 +688,20 @@ fn an_agent_takes_its_tools_over_mcp_and_its_policy_over_http_from_one_daemon() 
     let report = eval(&["--mode", "searl", "--family", "numeric"]);
     assert_eq!(report["overall"]["em"], 1.0, "{report}");
     let listed = common::ok(
-        &toolsmith().arg("--registry").arg(dir.path().join("registry.db")).args(["tools", "list"]).output().expect("list"),
+        &toolsmith()
+            .arg("--registry")
+            .arg(dir.path().join("registry.db"))
+            .args(["tools", "list"])
+            .output()
+            .expect("list"),
     );
     assert!(listed.contains("sum_integers"), "{listed}");
 
     // The policy over HTTP with the tools over MCP: the untrained model answers nothing, but
     // every episode runs to its end without a backend error.
     let policy = format!("{}/v1", server.base);
-    let report = eval(&["--policy", &policy, "--model", "tiny", "--limit", "2", "--max-turns", "2", "--max-tokens", "8"]);
+    let report =
+        eval(&["--policy", &policy, "--model", "tiny", "--limit", "2", "--max-turns", "2", "--max-tokens", "8"]);
     assert_eq!(report["overall"]["tasks"], 2, "{report}");
     assert_eq!(report["overall"]["backend_errors"], 0, "{report}");
 

@@ -70,7 +70,10 @@ struct Listener {
 
 impl ClientHandler for Listener {
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("toolsmith-agent", env!("CARGO_PKG_VERSION")))
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolsmith-agent", env!("CARGO_PKG_VERSION")),
+        )
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {

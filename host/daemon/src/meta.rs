@@ -7,9 +7,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_contract::schemas::tool_schema_for;
 use toolsmith_contract::{ErrorKind, Manifest, Provenance, StructuredError};
-use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_registry::{Candidate, NewTool, Registered, SearchRequest};
 
 use super::{Admission, CallReply, Daemon, lock};

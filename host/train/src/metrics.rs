@@ -91,9 +91,14 @@ pub struct IterationMetrics {
     pub response_tokens: f64,
     /// Largest context plus response of a turn, mean over episodes.
     pub peak_tokens: f64,
-    /// Mean KL to the reference per trained token (k3).
+    /// Mean KL to the reference per trained token (k3), in the update's last epoch; 0 when the
+    /// method has no KL term (no reference is scored).
     pub kl: f64,
-    /// Share of trained tokens whose ratio was clipped.
+    /// Mean KL per trained token to the policy that sampled this iteration's rollouts (k3), in
+    /// the update's last epoch: how far the update moved, for every method.
+    #[serde(default)]
+    pub sampler_kl: f64,
+    /// Share of trained tokens whose ratio was clipped, in the update's last epoch.
     pub clip_fraction: f64,
     /// Mean entropy of the policy on trained tokens.
     pub entropy: f64,

@@ -97,7 +97,12 @@ fn draw_rl(records: &[Record], path: &Path) -> Result<(), TrainError> {
         })
         .collect();
     line_panel(&panels[1], "held-out exact match", last, &heldout)?;
-    line_panel(&panels[2], "KL to the reference", last, &[("k3 KL", per(|m| m.kl))])?;
+    line_panel(
+        &panels[2],
+        "KL per token (k3)",
+        last,
+        &[("to the reference", per(|m| m.kl)), ("to the sampler", per(|m| m.sampler_kl))],
+    )?;
     line_panel(&panels[3], "entropy (nats per token)", last, &[("entropy", per(|m| m.entropy))])?;
     line_panel(
         &panels[4],
@@ -240,7 +245,7 @@ pub fn summary(records: &[Record]) -> String {
     if let (Some(first), Some(last)) = (iterations.first(), iterations.last()) {
         let _ = writeln!(
             out,
-            "iterations {}..{} · reward {:.3} -> {:.3} · sampled EM {:.2} -> {:.2} · KL {:.4} · entropy {:.2} -> {:.2} · {:.0} s",
+            "iterations {}..{} · reward {:.3} -> {:.3} · sampled EM {:.2} -> {:.2} · KL {:.4} (to the sampler {:.4}, clipped {:.2}%) · entropy {:.2} -> {:.2} · {:.0} s",
             first.iteration,
             last.iteration,
             first.reward,
@@ -248,6 +253,8 @@ pub fn summary(records: &[Record]) -> String {
             first.em,
             last.em,
             last.kl,
+            last.sampler_kl,
+            100.0 * last.clip_fraction,
             first.entropy,
             last.entropy,
             last.elapsed_s

@@ -106,6 +106,11 @@ fn clipped_surrogate_by_hand() {
     assert!(close(loss.double_value(&[]), -0.89, 1e-6), "{}", loss.double_value(&[]));
     assert!(close(stats.clip_fraction(), 0.5, 1e-9));
     assert!(close(stats.ratio(), 1.0, 1e-6));
+    // Drift from the sampler, k3 per token: 0.4/0.6 - ln(0.4/0.6) - 1 and 0.8/0.4 - ln 2 - 1,
+    // measured though the loss has no KL term.
+    let drift = (0.4 / 0.6 - (0.4_f64 / 0.6).ln() - 1.0 + 1.0 - 2.0_f64.ln()) / 2.0;
+    assert!(close(stats.drift(), drift, 1e-6), "{} vs {drift}", stats.drift());
+    assert_eq!(stats.kl_sum, 0.0);
     loss.backward();
     // d/dlogp of -w * ratio * A is -w * ratio = -0.5 * 0.5 on token 2; 0 on the clipped token.
     let grad = Vec::<f64>::try_from(current.grad().view([-1]).to_kind(Kind::Double)).expect("grad");
@@ -429,6 +434,8 @@ fn an_rl_run_trains_checkpoints_and_resumes() {
         // Two tasks of three episodes each; SEARL's format rewards make rewards differ.
         assert_eq!(m.episodes, 6, "{m:?}");
         assert!(m.groups >= 1 && m.loss.is_finite() && m.kl >= 0.0, "{m:?}");
+        // One epoch: the trainer scores exactly what the sampler sampled, with the same weights.
+        assert!((0.0..1e-3).contains(&m.sampler_kl), "{m:?}");
         assert!(m.entropy > 0.0, "{m:?}");
     }
     assert_eq!(records.iter().filter(|r| matches!(r, Record::Eval(_))).count(), 2);
@@ -861,6 +868,7 @@ fn rl_with_lora_trains_the_adapters_against_the_base_as_reference() {
         c.precision = "f32".into();
         c.lr = 1e-2;
         c.loss.kl_coef = 0.5;
+        c.epochs = 2;
         c.lora = Some(toolsmith_policy::LoraConfig {
             rank: 4,
             alpha: 8.0,
@@ -888,13 +896,18 @@ fn rl_with_lora_trains_the_adapters_against_the_base_as_reference() {
     let moved =
         policy.trained_variables().iter().any(|(n, v)| n.contains("lora_B") && v.abs().max().double_value(&[]) > 0.0);
     assert!(moved, "the adapters did not train");
-    let kls: Vec<f64> = read(&out.join("metrics.jsonl"))
+    let kls: Vec<(f64, f64)> = read(&out.join("metrics.jsonl"))
         .expect("metrics")
         .iter()
-        .filter_map(|r| if let Record::Iteration(m) = r { Some(m.kl) } else { None })
+        .filter_map(|r| if let Record::Iteration(m) = r { Some((m.kl, m.sampler_kl)) } else { None })
         .collect();
     assert_eq!(kls.len(), 2);
-    assert!(kls.iter().all(|k| k.is_finite() && *k >= 0.0), "{kls:?}");
+    assert!(kls.iter().all(|(k, _)| k.is_finite() && *k >= 0.0), "{kls:?}");
+    // Two epochs per update: the second scores the batch after the first's step, so the policy
+    // has moved from the one that sampled it (from the second iteration on: with B at zero the
+    // first gradients are ~1e-5, too small to show in f32).
+    assert!(kls.iter().all(|(_, drift)| drift.is_finite() && *drift >= 0.0), "{kls:?}");
+    assert!(kls[1].1 > 0.0, "{kls:?}");
     // The reference is the trained policy with its adapters off: exactly the starting model.
     drop(policy);
     let sequence = toolsmith_policy::TokenSequence::completion(&[5, 6, 7, 8], &[9, 10, 11]);

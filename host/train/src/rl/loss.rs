@@ -145,6 +145,9 @@ pub struct LossStats {
     pub policy: f64,
     /// Sum of the per-token KL estimates.
     pub kl_sum: f64,
+    /// Sum of the per-token k3 estimates of KL(policy || the policy that sampled the batch): how
+    /// far the update has moved from the rollouts' weights. Measured whatever `kl_coef` is.
+    pub drift_sum: f64,
     /// Trained tokens whose ratio was clipped (their gradient is zero).
     pub clipped: f64,
     /// Sum of the ratios.
@@ -158,6 +161,7 @@ impl LossStats {
     pub fn add(&mut self, other: &LossStats) {
         self.policy += other.policy;
         self.kl_sum += other.kl_sum;
+        self.drift_sum += other.drift_sum;
         self.clipped += other.clipped;
         self.ratio_sum += other.ratio_sum;
         self.tokens += other.tokens;
@@ -166,6 +170,11 @@ impl LossStats {
     /// Mean KL per trained token.
     pub fn kl(&self) -> f64 {
         self.kl_sum / self.tokens.max(1.0)
+    }
+
+    /// Mean KL to the sampling policy per trained token (k3).
+    pub fn drift(&self) -> f64 {
+        self.drift_sum / self.tokens.max(1.0)
     }
 
     /// Share of trained tokens that were clipped.
@@ -225,9 +234,11 @@ pub fn policy_loss(logprobs: &Tensor, inputs: &LossInputs<'_>, config: &LossConf
     };
     // Clipped where the clipped term is the smaller one, i.e. where the gradient vanishes.
     let was_clipped = clipped.lt_tensor(&unclipped).to_kind(Kind::Float) * inputs.mask;
+    let drift = k3(&logprobs.detach(), inputs.old_logprobs) * inputs.mask;
     let stats = LossStats {
         policy: policy.double_value(&[]),
         kl_sum,
+        drift_sum: drift.sum(Kind::Float).double_value(&[]),
         clipped: was_clipped.sum(Kind::Float).double_value(&[]),
         ratio_sum: (ratio.detach() * inputs.mask).sum(Kind::Float).double_value(&[]),
         tokens: inputs.mask.sum(Kind::Float).double_value(&[]),

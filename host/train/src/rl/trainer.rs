@@ -248,6 +248,7 @@ impl Unit for RlUnit {
             response_tokens: generated as f64 / n,
             peak_tokens: episodes.iter().map(|(e, _)| e.peak_tokens() as f64).sum::<f64>() / n,
             kl: update.stats.kl(),
+            sampler_kl: update.stats.drift(),
             clip_fraction: update.stats.clip_fraction(),
             entropy: update.entropy,
             loss: update.loss,

@@ -200,10 +200,13 @@ impl RlUnit {
             };
             outcome.grad_norm = core.apply(failure.unwrap_or(loss), c.max_grad_norm, outcome.lr)?;
             outcome.loss = loss;
+            // Entropy is scored in the first epoch only (it does not move much within an
+            // update); the loss stats are the last epoch's, where the ratios show how far the
+            // earlier epochs moved the policy (the first epoch's are the sampler's up to rounding).
             if epoch == 0 {
-                outcome.stats = stats;
                 outcome.entropy = entropy_sum / stats.tokens.max(1.0);
             }
+            outcome.stats = stats;
         }
         Ok(outcome)
     }
