@@ -243,7 +243,13 @@ fn bad_data_and_configs_name_the_file_and_line() {
         let err = failed(&run(&[&["train", "rl", "--out", refused_str][..], extra].concat()));
         assert!(err.contains(expected), "{extra:?}: {err}");
         assert!(!refused.exists(), "{extra:?}: a refused run wrote {}", refused.display());
+        // A daemon's job gets the same checks, on the client, before anything is sent (no server
+        // listens at this address: the refusal must come first).
+        let err = failed(&run(&[&["jobs", "--server", "http://127.0.0.1:9", "submit", "rl"][..], extra].concat()));
+        assert!(err.contains(expected), "jobs submit {extra:?}: {err}");
     }
+    let err = failed(&run(&["jobs", "--server", "http://127.0.0.1:9", "submit", "sft", "--iterations", "3"]));
+    assert!(err.contains("for rl jobs"), "{err}");
     // A held-out world that is also a training world.
     let err = failed(&run(&["train", "sft", "--train-worlds", "3,4", "--eval-world", "4", "--out", refused_str]));
     assert!(err.contains("also a training world"), "{err}");
