@@ -522,6 +522,7 @@ fn agent_section(env: &Env) -> Result<()> {
     use toolsmith_agent::backend::{Backend, GenerateOptions, LocalBackend, Message, OpenAiBackend};
     use toolsmith_agent::env::{Corpus, Family, World, WorldConfig};
     use toolsmith_agent::eval::{evaluate, peak_by_objectives};
+    use toolsmith_agent::mcp::McpTools;
     use toolsmith_agent::simulate::{ToolActor, admit};
     use toolsmith_agent::tools::{Executor, LocalTools};
     use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle};
@@ -574,6 +575,26 @@ fn agent_section(env: &Env) -> Result<()> {
     println!("  peak tokens/step, objectives 2 4 6 8 10:  react {}  ·  mem {}", row(&react), row(&mem));
     let created: usize = reports[&Mode::Searl].results.iter().map(|r| r.trajectory.created_tools().len()).sum();
     println!("  searl             -> {created} Python tools created and run for the numeric tasks (candidates)");
+
+    // The same agent with every tool taken over MCP from a daemon serving the world's corpus.
+    let options = toolsmith_daemon::ServeOptions { corpus: Some(corpus.clone()), ..Default::default() };
+    let daemon =
+        toolsmith_daemon::Daemon::new(env.registry()?, env.toolbox_maybe_python("Python tools are")?, options)?;
+    let (addr, report) = runtime.block_on(async {
+        use toolsmith_daemon::http::{HttpOptions, HttpServer};
+        let server = HttpServer::bind(daemon.clone(), HttpOptions::new(([127, 0, 0, 1], 0).into())).await?;
+        let addr = server.local_addr()?;
+        tokio::spawn(server.serve(std::future::pending()));
+        let hide = vec![toolsmith_daemon::SEARCH_TOOL.to_string()];
+        let tools = McpTools::connect(&format!("http://{addr}/mcp"), None, hide).await?;
+        let oracle = Arc::new(Oracle::new(&tasks, Mode::Gap, tokenizer.clone()));
+        let agent = Agent::new(oracle, Arc::new(tools), AgentConfig { mode: Mode::Gap, ..AgentConfig::default() });
+        anyhow::Ok((addr, evaluate(&agent, &tasks, 4, |_| {}).await))
+    })?;
+    println!(
+        "  tools over MCP    -> gap mode, every tool from `serve --corpus` at http://{addr}/mcp: EM {:.2} on {} tasks",
+        report.overall.em, report.overall.tasks
+    );
     println!(
         "  try it: toolsmith run \"{}\" --mode gap",
         tasks.iter().find(|t| t.family == Family::MultiHopParallel).map_or("", |t| t.question.as_str())
