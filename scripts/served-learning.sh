@@ -33,7 +33,8 @@ ask() {
     "$bin" --registry "$out/client.db" eval --policy "$base/v1" --tools "$base/mcp" --mode gap \
         --tool-format brief --max-turns 6 --max-tokens 128 --seed "$world" --countries 6 --json "$@"
 }
-step() { curl -sf "$base/status" | python3 -c 'import json,sys; print(json.load(sys.stdin)["training"].get("served_step") or 0)'; }
+# The optimiser step of the served weights (0 until the job's first checkpoint).
+step() { curl -sf "$base/status" | python3 -c 'import json,sys; print((json.load(sys.stdin)["training"]["running"] or {}).get("served_step") or 0)'; }
 
 start=$(date +%s)
 ask --tasks-per-family 10 --parallel 16 >"$out/before.json"
@@ -47,11 +48,13 @@ while true; do
     state=$(curl -sf "$base/jobs/$job" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
     case $state in succeeded) break ;; failed | cancelled) echo "job $job $state" >&2; exit 1 ;; esac
     before_step=$(step)
-    em=$(ask --tasks-per-family 2 --parallel 8 | python3 -c 'import json,sys; print(json.load(sys.stdin)["overall"]["em"])')
+    # A subset of the same questions: single-hop and parallel multi-hop.
+    em=$(ask --tasks-per-family 10 --family single_hop --family multi_hop_parallel --parallel 8 |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["overall"]["em"])')
     echo "{\"t\": $(($(date +%s) - start)), \"step_before\": $before_step, \"step_after\": $(step), \"em\": $em}" | tee -a "$out/during.jsonl"
     sleep 60
 done
-echo "job $job succeeded at $(($(date +%s) - start)) s; served step $(step)"
+echo "job $job succeeded at $(($(date +%s) - start)) s"
 ask --tasks-per-family 10 --parallel 16 >"$out/after.json"
 python3 - "$out" <<'EOF'
 import json, sys
