@@ -711,4 +711,26 @@ fn an_agent_takes_its_tools_over_mcp_and_its_policy_over_http_from_one_daemon() 
     assert!(!out.status.success() && stderr.contains("cannot connect to the MCP server"), "{stderr}");
     let out = toolsmith().args(["eval", "--tools", &mcp, "--corpus", corpus]).output().expect("eval");
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--corpus"));
+
+    // Behind a bearer token: the client sends the one in --tools-token-file, and a wrong one is
+    // refused when connecting.
+    let (right, wrong) = (dir.path().join("token"), dir.path().join("wrong"));
+    std::fs::write(&right, "correct horse\n").expect("write token");
+    std::fs::write(&wrong, "wrong horse\n").expect("write token");
+    let guarded = HttpServer::start(&["--corpus", corpus, "--token-file", right.to_str().expect("utf-8")]);
+    let with = |token: &Path| {
+        toolsmith()
+            .arg("--registry")
+            .arg(&client_registry)
+            .args(["eval", "--tools", &guarded.mcp(), "--json", "--limit", "3", "--tools-token-file"])
+            .arg(token)
+            .args(world)
+            .output()
+            .expect("eval")
+    };
+    let report: Value = serde_json::from_str(&common::ok(&with(&right))).expect("one JSON object");
+    assert_eq!(report["overall"]["em"], 1.0, "{report}");
+    let refused = with(&wrong);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("cannot connect to the MCP server"), "{stderr}");
 }
