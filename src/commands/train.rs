@@ -465,8 +465,16 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
         Event::Step(Record::Iteration(m)) => {
             bar.set_position(m.iteration);
             let mut line = format!(
-                "reward {:.3} · EM {:.2} · KL {:.4} · clip {:.3} · entropy {:.2} · {} groups ({} dropped) · {:.0} tok/s",
-                m.reward, m.em, m.kl, m.clip_fraction, m.entropy, m.groups, m.dropped, m.rollout_tokens_per_sec
+                "reward {:.3} · EM {:.2} · KL {:.4} (to the sampler {:.4}) · clip {:.3} · entropy {:.2} · {} groups ({} dropped) · {:.0} tok/s",
+                m.reward,
+                m.em,
+                m.kl,
+                m.sampler_kl,
+                m.clip_fraction,
+                m.entropy,
+                m.groups,
+                m.dropped,
+                m.rollout_tokens_per_sec
             );
             if m.graph_tools > 0 {
                 line.push_str(&format!(
