@@ -938,7 +938,8 @@ fn smol_presets_keep_their_methods_settings_and_fit_their_budget() {
         // Sized for SmolLM2 on two cores, and held out from its training worlds.
         assert_eq!(preset.trainable_layers, Some(8));
         assert!(!preset.families.is_empty() && preset.families.len() < 5, "{name}");
-        assert!(preset.iterations * (preset.tasks_per_iteration * preset.group_size) as u64 <= 6 * 32, "{name}");
+        // Ten iterations of 32 episodes fit the 30 minutes with two evaluations (BENCHMARKS.md).
+        assert!(preset.iterations * (preset.tasks_per_iteration * preset.group_size) as u64 <= 10 * 32, "{name}");
         assert!(preset.overlong_cache <= preset.max_tokens);
         preset.validate().expect("valid");
         // With --method it must agree.
