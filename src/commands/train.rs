@@ -54,7 +54,8 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
     /// A preset: tiny-world (the tiny policy on 24 small training worlds, held-out world 1000);
     /// smol-world (SmolLM2-135M fine-tuned in bf16 on 16 training worlds, 10 held-out questions
-    /// per family and mode).
+    /// per family and mode); RL: smol-gap, smol-searl, smol-mem, smol-mtr (from a smol-world
+    /// checkpoint given as --init).
     #[arg(long)]
     pub preset: Option<String>,
     /// The starting model: `tiny` (fresh), `smollm2-135m` (fetched by setup) or a checkpoint

@@ -304,10 +304,10 @@ impl RlConfig {
     ///
     /// `smol-<method>` (`smol-gap`, `smol-searl`, `smol-mem`, `smol-mtr`): SmolLM2-135M from the
     /// `smol-world` SFT preset's checkpoint (`init`), its top 8 layers trained in bf16 on the SFT
-    /// preset's 16 training worlds (the families the method's effect shows on), 6 iterations of
-    /// 4 tasks x 8 episodes (5 turns of 128 tokens),
-    /// evaluated before and after on 10 questions per family of the held-out world in the
-    /// method's mode, as the SFT preset evaluates; 16-19 minutes on 2 CPU cores.
+    /// preset's 16 training worlds (the families the method's effect shows on), 10 iterations of
+    /// 4 tasks x 8 episodes (5 turns of 128 tokens), evaluated before and after on 10 questions
+    /// per family of the held-out world in the method's mode, as the SFT preset evaluates;
+    /// `smol-gap` takes 21-23 minutes on 2 CPU cores.
     pub fn preset(name: &str, method: Option<Method>) -> Result<Self, TrainError> {
         if name == "tiny-world" {
             let method = method.unwrap_or(Method::GAP);
