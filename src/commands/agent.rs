@@ -128,7 +128,7 @@ pub struct PolicyArgs {
     /// tool's). Its `search_tools` is not listed to the policy; `--retrieve` retrieves here.
     #[arg(long, value_name = "URL", conflicts_with = "corpus")]
     pub tools: Option<String>,
-    /// A file holding the MCP server's bearer token.
+    /// A file holding the MCP server's bearer token [default: $TOOLSMITH_TOKEN, if set].
     #[arg(long, value_name = "FILE", requires = "tools")]
     pub tools_token_file: Option<PathBuf>,
     #[command(flatten)]
@@ -316,15 +316,7 @@ fn agent(
     };
     let tools: Arc<dyn Executor> = match &args.tools {
         Some(url) => {
-            let token = match &args.tools_token_file {
-                Some(f) => Some(
-                    std::fs::read_to_string(f)
-                        .with_context(|| format!("cannot read the token file {}", f.display()))?
-                        .trim()
-                        .to_string(),
-                ),
-                None => None,
-            };
+            let token = super::serve::read_token(args.tools_token_file.as_deref())?;
             let hide = vec![toolsmith_daemon::SEARCH_TOOL.to_string()];
             Arc::new(runtime.block_on(McpTools::connect(url, token, hide))?)
         }

@@ -104,7 +104,7 @@ impl Listing {
         // corpus search first, the other tools by name, the tool-creating tool last.
         listing.manifests.sort_by_key(|m| {
             let name = m.name.as_str();
-            (name != "search", name == crate::tools::CREATE_TOOL, name.to_string())
+            (name != crate::env::corpus::SEARCH_TOOL, name == crate::tools::CREATE_TOOL, name.to_string())
         });
         listing
     }

@@ -20,7 +20,7 @@ pub const SEARCH_TOOL: &str = "search_tools";
 /// SEARL's tool-creation meta tool.
 pub const CREATE_TOOL: &str = "create_and_execute_mcp";
 /// The corpus search tool (served when the daemon has a corpus).
-pub const CORPUS_TOOL: &str = "search";
+const CORPUS_TOOL: &str = toolsmith_agent::env::corpus::SEARCH_TOOL;
 
 /// `search_tools` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]

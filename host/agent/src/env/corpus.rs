@@ -13,6 +13,9 @@ use toolsmith_contract::Manifest;
 use super::EnvError;
 use super::world::Document;
 
+/// The search tool's name.
+pub const SEARCH_TOOL: &str = "search";
+
 /// Documents a search returns by default.
 pub const TOP_K: usize = 3;
 
@@ -105,7 +108,7 @@ impl Corpus {
 /// The search tool's interface (a `native` tool: the host answers it).
 pub fn search_manifest() -> Manifest {
     let value = json!({
-        "name": "search",
+        "name": SEARCH_TOOL,
         "version": "0.1.0",
         "description": "Search the local encyclopedia and return the top 3 articles for a query (title and text).",
         "kind": "native",
