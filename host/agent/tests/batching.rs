@@ -122,3 +122,30 @@ async fn requests_join_a_running_batch_and_answer_as_alone() {
     let (again, _) = batched.complete_with_step(&[Message::user(QUESTIONS[1])], &options(1)).await.expect("again");
     assert_eq!(ids(&again), ids(&expected[1]));
 }
+
+/// What rollouts do between an iteration's decoding and its update: the backend's cache is
+/// emptied and its memory released; the next turn is prefilled whole and answers the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releasing_memory_empties_the_prefix_cache_and_changes_no_answer() {
+    let policy = Arc::new(Mutex::new(
+        Policy::tiny(5, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
+            .expect("tiny policy"),
+    ));
+    let alone = LocalBackend::shared(policy.clone(), "tiny");
+    let config = BatchConfig { prefix_cache_bytes: 64 << 20, ..BatchConfig::default() };
+    let batched = BatchedBackend::new(policy.clone(), "tiny", config);
+    let first = vec![Message::user(QUESTIONS[0])];
+    let (answer, _) = batched.complete_with_step(&first, &options(1)).await.expect("first turn");
+    assert!(batched.cached_bytes() > 0, "the first turn's keys and values are kept");
+
+    batched.release_memory();
+    assert_eq!(batched.cached_bytes(), 0);
+    let second =
+        vec![Message::user(QUESTIONS[0]), Message::assistant(answer.text.clone()), Message::user(QUESTIONS[1])];
+    let (again, _) = batched.complete_with_step(&second, &options(2)).await.expect("second turn");
+    let expected = alone.complete(&second, &options(2)).await.expect("alone");
+    assert_eq!((ids(&again), again.text), (ids(&expected), expected.text.clone()));
+    // The default (a backend that keeps nothing) is a no-op.
+    alone.release_memory();
+    assert_eq!(alone.complete(&second, &options(2)).await.expect("alone again").text, expected.text);
+}

@@ -14,6 +14,7 @@ pub mod decoder;
 pub mod generate;
 pub mod llama;
 pub mod lora;
+pub mod memory;
 pub mod prefix;
 pub mod qwen2;
 pub mod sampling;

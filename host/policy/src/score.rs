@@ -35,7 +35,7 @@ impl TokenSequence {
 #[derive(Debug)]
 pub struct TokenScores {
     pub logprobs: Tensor,
-    /// Entropy of the predictive distribution at each position (when asked for).
+    /// Entropy of the predictive distribution at each position (when asked for; without gradient).
     pub entropy: Option<Tensor>,
     /// 1.0 where the token is real, scored and selected by the loss mask; float, for weighting.
     pub mask: Tensor,
@@ -172,8 +172,14 @@ impl Policy {
             Tensor::cat(&[&zero, &full.view([bi, ti - 1])], 1)
         };
         let logprobs = grid(&taken);
-        let entropy =
-            options.entropy.then(|| grid(&-(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float)));
+        // Entropy is a statistic, never a loss term: without gradients, so that autograd does not
+        // keep two more `[positions, vocabulary]` tensors alive until the backward pass.
+        let entropy = options.entropy.then(|| {
+            tch::no_grad(|| {
+                let log_probs = log_probs.detach();
+                grid(&-(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float))
+            })
+        });
         Ok(TokenScores { logprobs, entropy, mask })
     }
 

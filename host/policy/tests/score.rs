@@ -65,6 +65,23 @@ fn logprobs_and_entropy_at(temperature: f64) {
     }
 }
 
+/// Scored with gradients, the log-probs carry them and the entropy (a statistic) does not, so its
+/// `[positions, vocabulary]` intermediates are not kept for the backward pass; its values are
+/// those scored without gradients.
+#[test]
+fn entropy_is_scored_without_gradients() {
+    let policy = common::tiny(22);
+    let seqs = sequences(&policy);
+    let options = toolsmith_policy::ScoreOptions::default().with_entropy(true);
+    let with_grad = policy.score_with(&seqs, &options).expect("score");
+    assert!(with_grad.logprobs.requires_grad());
+    let entropy = with_grad.entropy.as_ref().expect("entropy");
+    assert!(!entropy.requires_grad());
+    let plain = tch::no_grad(|| policy.score_with(&seqs, &options)).expect("score");
+    let diff = (entropy - plain.entropy.as_ref().expect("entropy")).abs().max().double_value(&[]);
+    assert!(diff < 1e-6, "entropy differs by {diff}");
+}
+
 fn gradients(policy: &toolsmith_policy::Policy) -> Vec<Tensor> {
     let mut named: Vec<(String, Tensor)> = policy.var_store().variables().into_iter().collect();
     named.sort_by(|a, b| a.0.cmp(&b.0));

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use toolsmith_agent::backend::{BatchConfig, BatchedBackend, GenerateOptions};
+use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOptions};
 use toolsmith_agent::env::{Corpus, Family, Task, World, WorldConfig};
 use toolsmith_agent::eval::{Report, evaluate};
 use toolsmith_agent::tools::Executor;
@@ -100,6 +100,7 @@ impl HeldOut {
             let report = self.runtime.block_on(evaluate(&agent, &self.tasks, self.config.parallel, |_| {}));
             modes.insert(mode.name().to_string(), figures(&report));
         }
+        backend.release_memory();
         let em = modes.values().map(|m| m.em).sum::<f64>() / modes.len().max(1) as f64;
         EvalMetrics { step, modes, em, seconds: started.elapsed().as_secs_f64() }
     }

@@ -54,6 +54,9 @@ struct Job {
 pub struct BatchedBackend {
     queue: Sender<Job>,
     label: String,
+    /// The worker's prefix cache, shared so that [`Backend::release_memory`] can empty it while
+    /// the worker waits for requests.
+    prefix: Arc<Mutex<PrefixCache>>,
 }
 
 /// How the worker batches.
@@ -109,14 +112,25 @@ impl BatchedBackend {
     /// its worker thread ends when the last clone is dropped.
     pub fn new(policy: Arc<Mutex<Policy>>, label: impl Into<String>, config: BatchConfig) -> Self {
         let (queue, jobs) = channel();
+        let prefix = Arc::new(Mutex::new(PrefixCache::new(config.prefix_cache_bytes)));
+        let cache = prefix.clone();
         std::thread::Builder::new()
             .name("toolsmith-batch".into())
             .spawn(move || {
-                if config.join_every == 0 { worker(&policy, &jobs, config) } else { continuous(&policy, &jobs, config) }
+                if config.join_every == 0 {
+                    worker(&policy, &jobs, &cache, config)
+                } else {
+                    continuous(&policy, &jobs, &cache, config)
+                }
             })
             .map(drop)
             .unwrap_or_else(|e| tracing::error!("cannot start the batching worker: {e}"));
-        BatchedBackend { queue, label: label.into() }
+        BatchedBackend { queue, label: label.into(), prefix }
+    }
+
+    /// Bytes of keys and values the prefix cache holds now.
+    pub fn cached_bytes(&self) -> usize {
+        toolsmith_contract::sync::lock(&self.prefix).bytes()
     }
 
     /// A completion, with the step of the weights that finished it (a served policy is swapped
@@ -181,10 +195,16 @@ impl Backend for BatchedBackend {
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
         Box::pin(async move { self.complete_with_step(messages, options).await.map(|(c, _)| c) })
     }
+
+    /// Empties the prefix cache (after the batch being decoded, if one is) and gives the freed
+    /// memory back to the system.
+    fn release_memory(&self) {
+        toolsmith_contract::sync::lock(&self.prefix).clear();
+        toolsmith_policy::memory::release_free_memory();
+    }
 }
 
-fn worker(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig) {
-    let mut prefix = PrefixCache::new(config.prefix_cache_bytes);
+fn worker(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<PrefixCache>, config: BatchConfig) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         let deadline = Instant::now() + config.window;
@@ -202,7 +222,7 @@ fn worker(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig) {
                 batch.into_iter().partition(|j| GenerateOptions { seed: 0, ..j.options.clone() } == key);
             batch = rest;
             let policy = toolsmith_contract::sync::lock(policy);
-            decode(&policy, same, &mut prefix);
+            decode(&policy, same, &mut toolsmith_contract::sync::lock(prefix));
         }
     }
 }
@@ -349,8 +369,7 @@ fn decoded(tokenizer: &toolsmith_policy::Tokenizer, r: &mut Running) -> Result<S
 
 /// Continuous batching: decodes the running requests `join_every` tokens at a time, admitting
 /// what arrived in between and answering what finished.
-fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig) {
-    let mut prefix = PrefixCache::new(config.prefix_cache_bytes);
+fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<PrefixCache>, config: BatchConfig) {
     let mut running: Vec<Running> = Vec::new();
     loop {
         let mut arrived = Vec::new();
@@ -433,7 +452,13 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, config: BatchConfig)
                     r.job.options.seed.wrapping_add((r.output.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
                 })
                 .collect();
-            match policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, &mut prefix) {
+            match policy.generate_with_prefix(
+                &prompts,
+                &params,
+                Some(&seeds),
+                None,
+                &mut toolsmith_contract::sync::lock(prefix),
+            ) {
                 Ok((generations, _)) => {
                     for (&i, g) in group.iter().zip(generations) {
                         let r = &mut running[i];

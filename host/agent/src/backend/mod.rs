@@ -272,4 +272,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         messages: &'a [Message],
         options: &'a GenerateOptions,
     ) -> BoxFuture<'a, Result<Completion, BackendError>>;
+
+    /// Drops what the backend keeps between requests to make later ones cheaper (a local
+    /// policy's prefix cache) and returns that memory to the system, e.g. before a training
+    /// update that would otherwise hold both. Requests after it work as before, with the cost of
+    /// recomputing what was dropped. By default nothing is kept.
+    fn release_memory(&self) {}
 }

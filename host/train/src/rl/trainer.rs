@@ -219,6 +219,9 @@ impl Unit for RlUnit {
         let started = Instant::now();
         let iteration = core.state().step;
         let sampled = self.sample(iteration)?;
+        // The rollouts' keys and values are stale once the weights move: freed now, the update
+        // reuses their memory instead of adding to it (issue: RL's peak RSS).
+        self.backend.release_memory();
         let policy = core.policy();
         let context = CreditContext { config: &self.config, policy: &policy, builder: &self.builder };
         let mut examples = Vec::new();
@@ -232,6 +235,8 @@ impl Unit for RlUnit {
         let calls = self.count_calls(&all)?;
         let graph = self.learn_tools(iteration, &all)?;
         let update = self.update(core, &mut examples)?;
+        // And the update's activations, before the next rollouts.
+        toolsmith_policy::memory::release_free_memory();
         let episodes: Vec<(&Trajectory, &Group)> =
             all.iter().flat_map(|&g| g.episodes.iter().map(move |e| (e, g))).collect();
         let n = episodes.len().max(1) as f64;
