@@ -174,12 +174,9 @@ impl Policy {
         let logprobs = grid(&taken);
         // Entropy is a statistic, never a loss term: without gradients, so that autograd does not
         // keep two more `[positions, vocabulary]` tensors alive until the backward pass.
-        let entropy = options.entropy.then(|| {
-            tch::no_grad(|| {
-                let log_probs = log_probs.detach();
-                grid(&-(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float))
-            })
-        });
+        let entropy = options
+            .entropy
+            .then(|| tch::no_grad(|| grid(&-(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float))));
         Ok(TokenScores { logprobs, entropy, mask })
     }
 
