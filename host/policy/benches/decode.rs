@@ -5,7 +5,7 @@
 //!
 //!   cargo bench --profile dev -p toolsmith-policy --bench decode [-- --model smollm2-135m
 //!       --threads N --rounds R --new-tokens K --generations G --ours-only
-//!       --batches 1,8,32 --prompt-tokens P --temperature T --precision f32|bf16]
+//!       --batches 1,8,32 --prompt-tokens P --temperature T --precision f32|bf16 --device cpu|cuda]
 //!
 //! `--temperature` above 0 samples (ours only: transformers' sampler differs), as rollouts do.
 //!
@@ -48,16 +48,18 @@ fn main() {
     let temperature: f64 = text("--temperature").map_or(0.0, |t| t.parse().expect("a temperature"));
     let ours_only = temperature > 0.0 || std::env::args().any(|a| a == "--ours-only");
     toolsmith_policy::set_threads(threads);
+    let device_name = text("--device").unwrap_or_else(|| "cpu".into());
+    let device = toolsmith_policy::parse_device(&device_name).expect("a device");
     let dir = toolsmith_policy::locate(&model).expect("the policy (run ./scripts/setup.sh)");
     let precisions: Vec<Precision> = match text("--precision").as_deref() {
         Some("f32") => vec![Precision::F32],
         Some("bf16") => vec![Precision::Bf16],
-        _ if toolsmith_policy::cpu_has_bf16() => vec![Precision::F32, Precision::Bf16],
+        _ if device.is_cuda() || toolsmith_policy::cpu_has_bf16() => vec![Precision::F32, Precision::Bf16],
         _ => vec![Precision::F32],
     };
     let policies: Vec<(Precision, Policy)> = precisions
         .iter()
-        .map(|&p| (p, Policy::load(&dir, LoadOptions { precision: Some(p), ..Default::default() }).expect("load")))
+        .map(|&p| (p, Policy::load(&dir, LoadOptions { device, precision: Some(p) }).expect("load")))
         .collect();
     let vocab = policies[0].1.model().spec().vocab_size;
     tch::manual_seed(0);
@@ -109,6 +111,7 @@ fn main() {
                     .args(["--prompt", &prompt_tokens.to_string(), "--new-tokens", &new_tokens.to_string()])
                     .args(["--generations", &generations.to_string(), "--dtype", dtype])
                     .args(["--generate-batch", &batch.to_string(), "--prompts", "random"])
+                    .args(["--device", &device_name])
                     .env("OMP_NUM_THREADS", threads.to_string())
                     .output()
                     .expect("reference.py bench");
@@ -123,7 +126,7 @@ fn main() {
         eprintln!("round {} of {rounds}: {results:?}", round + 1);
     }
     println!(
-        "decode, {model}, temperature {temperature}, {prompt_tokens}-token prompts, {new_tokens} new tokens per row, {threads} thread(s), medians of {rounds} rounds"
+        "decode, {model} on {device_name}, temperature {temperature}, {prompt_tokens}-token prompts, {new_tokens} new tokens per row, {threads} thread(s), medians of {rounds} rounds"
     );
     println!(
         "| batch | ours f32 | ours bf16 | transformers float32 | transformers bfloat16 | ratio (best of each; per round) |"

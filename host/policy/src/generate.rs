@@ -344,22 +344,26 @@ impl Policy {
         let decode_started = Instant::now();
         for step in 0..params.max_new_tokens {
             let mut feed = vec![pad; batch];
+            let picks = if constraint.is_none() { sample_rows(&mut seqs, &rows) } else { Vec::new() };
             for (i, seq) in seqs.iter_mut().enumerate() {
                 if seq.finish.is_some() {
                     continue;
                 }
                 let row = &rows[i];
-                let token = match constraint.as_deref_mut() {
-                    None => seq.sampler.next(row, &seq.seen),
+                let (token, logprob) = match constraint.as_deref_mut() {
+                    None => match picks.get(i).copied().flatten() {
+                        Some(pick) => pick,
+                        None => continue,
+                    },
                     Some(c) => match constrained_next(c, i, row, &mut seq.sampler, &seq.seen) {
-                        Some(t) => t,
+                        Some(t) => (t, log_prob(row, t as usize, params.temperature)),
                         None => {
                             seq.finish = Some(FinishReason::Constraint);
                             continue;
                         }
                     },
                 };
-                seq.logprobs.push(log_prob(row, token as usize, params.temperature));
+                seq.logprobs.push(logprob);
                 seq.output.push(token);
                 seq.seen.push(token);
                 feed[i] = token;
@@ -452,6 +456,30 @@ impl Policy {
         let ids = prompts.iter().map(|p| self.tokenizer().encode(p)).collect::<Result<Vec<_>, _>>()?;
         self.generate(&ids, params, on_token)
     }
+}
+
+/// Each running row's next token and its log-prob ([`Sampler::next_scored`]), rows spread over
+/// the machine's cores: the model's threads are idle meanwhile, and a batch's rows cost a pass
+/// over the vocabulary each. `None` for a finished row. Each row draws from its own generator,
+/// so the result does not depend on how rows are split.
+fn sample_rows(seqs: &mut [Sequence], rows: &[Vec<f32>]) -> Vec<Option<(i64, f64)>> {
+    fn pick(seqs: &mut [Sequence], rows: &[Vec<f32>]) -> Vec<Option<(i64, f64)>> {
+        seqs.iter_mut()
+            .zip(rows)
+            .map(|(s, row)| s.finish.is_none().then(|| s.sampler.next_scored(row, &s.seen)))
+            .collect()
+    }
+    let running = seqs.iter().filter(|s| s.finish.is_none()).count();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(running);
+    if workers <= 1 {
+        return pick(seqs, rows);
+    }
+    let chunk = seqs.len().div_ceil(workers);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            seqs.chunks_mut(chunk).zip(rows.chunks(chunk)).map(|(s, r)| scope.spawn(move || pick(s, r))).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    })
 }
 
 /// Draws under a constraint: mask, draw, check, and on rejection remove the token and draw

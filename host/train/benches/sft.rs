@@ -6,7 +6,7 @@
 //!
 //!   cargo bench -p toolsmith-train --bench sft [-- --threads N --steps S --rounds R]
 //!       [--init tiny|smollm2-135m|DIR] [--precision f32|bf16] [--trainable-layers N]
-//!       [--lora-rank R] [--batch-tokens T] [--micro-batch-tokens T]
+//!       [--lora-rank R] [--batch-tokens T] [--micro-batch-tokens T] [--device cpu|cuda]
 //!
 //! With LoRA both sides start from the same adapter (ours, saved as PEFT saves it), without
 //! dropout, so their losses can be compared.
@@ -64,15 +64,16 @@ fn main() {
         batch_tokens: arg("--batch-tokens", defaults.batch_tokens),
         micro_batch_tokens: arg("--micro-batch-tokens", defaults.micro_batch_tokens),
         steps: Some(steps),
-        device: "cpu".into(),
+        device: text("--device").unwrap_or_else(|| "cpu".into()),
         threads,
         eval: None,
         checkpoint_every: steps,
         ..defaults
     };
     println!(
-        "SFT step loop, {} ({}, trainable_layers {:?}, lora rank {:?}), {threads} thread(s), {steps} steps of {} tokens, {rounds} rounds",
+        "SFT step loop, {} on {} ({}, trainable_layers {:?}, lora rank {:?}), {threads} thread(s), {steps} steps of {} tokens, {rounds} rounds",
         config.init,
+        config.device,
         config.precision,
         config.trainable_layers,
         lora.as_ref().map(|l| l.rank),
@@ -137,6 +138,7 @@ fn main() {
             .arg(&init)
             .arg(&plan_path)
             .arg(threads.to_string())
+            .arg(&config.device)
             .env("OMP_NUM_THREADS", threads.to_string())
             .output()
             .expect("run the reference");

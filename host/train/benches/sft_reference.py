@@ -52,6 +52,7 @@ def with_lora(model, lora):
 
 def main():
     ckpt, plan_path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    device = torch.device(sys.argv[4] if len(sys.argv) > 4 else "cpu")
     torch.set_num_threads(threads)
     plan = json.load(open(plan_path))
     cfg = plan["config"]
@@ -63,13 +64,13 @@ def main():
     if trainable_layers is not None and lora:
         sys.exit("trainable_layers and lora are exclusive")
     # fp32 master weights either way; bf16 is compute only (autocast).
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(device)
     if trainable_layers is not None:
         freeze_below(model, trainable_layers)
     if lora:
         model = with_lora(model, lora)
     model.train()
-    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
     trainable = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in trainable if p.dim() >= 2]
     rest = [p for p in trainable if p.dim() < 2]
@@ -90,8 +91,9 @@ def main():
         for micro in step["micro_batches"]:
             batch = [seqs[i] for i in range(micro[0], micro[1])]
             t = max(len(s["ids"]) for s in batch)
-            ids = torch.tensor([s["ids"] + [pad] * (t - len(s["ids"])) for s in batch])
-            mask = torch.tensor([s["mask"] + [0] * (t - len(s["mask"])) for s in batch], dtype=torch.float32)
+            ids = torch.tensor([s["ids"] + [pad] * (t - len(s["ids"])) for s in batch], device=device)
+            mask = torch.tensor([s["mask"] + [0] * (t - len(s["mask"])) for s in batch], dtype=torch.float32,
+                                device=device)
             with autocast():
                 logits = model(input_ids=ids).logits
             logits = logits[:, :-1].float()
@@ -101,6 +103,8 @@ def main():
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(trainable, cfg["max_grad_norm"])
         opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # the step's kernels, queued asynchronously, must finish
         seconds = time.perf_counter() - started
         losses.append(total)
         rates.append(sum(len(s["ids"]) for s in seqs) / seconds)

@@ -12,8 +12,12 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Python with PyTorch 2.11.0 and transformers, from the cached reference venv (created on first
-/// use by scripts/torch-reference-env.sh; about 3 GB of wheels).
+/// use by scripts/torch-reference-env.sh; about 3 GB of wheels), or the interpreter that
+/// `TOOLSMITH_REFERENCE_PYTHON` names (a GPU machine's own CUDA PyTorch, say).
 pub fn reference_python() -> PathBuf {
+    if let Some(python) = std::env::var_os("TOOLSMITH_REFERENCE_PYTHON").filter(|p| !p.is_empty()) {
+        return PathBuf::from(python);
+    }
     let output = Command::new(repo_root().join("scripts/torch-reference-env.sh"))
         .output()
         .expect("run scripts/torch-reference-env.sh");

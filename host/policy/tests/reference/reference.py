@@ -95,9 +95,15 @@ def bench(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).train()
+    device = torch.device(args.device)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(device).train()
     vocab = model.config.vocab_size
-    x = torch.randint(0, vocab, (args.batch, args.seq))
+    x = torch.randint(0, vocab, (args.batch, args.seq), device=device)
+
+    def sync():
+        # CUDA runs asynchronously: a timer must wait for the queued kernels.
+        if device.type == "cuda":
+            torch.cuda.synchronize()
 
     def step():
         logits = model(input_ids=x).logits.float()
@@ -109,17 +115,19 @@ def bench(args):
         step()
     times = []
     for _ in range(args.steps):
+        sync()
         t = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - t)
     train = args.batch * args.seq / sorted(times)[len(times) // 2]
 
     model.eval()
     rows = args.generate_batch
     if args.prompts == "same":
-        prompt = torch.randint(3, vocab, (1, args.prompt)).repeat(rows, 1)
+        prompt = torch.randint(3, vocab, (1, args.prompt), device=device).repeat(rows, 1)
     else:
-        prompt = torch.randint(3, vocab, (rows, args.prompt))
+        prompt = torch.randint(3, vocab, (rows, args.prompt), device=device)
     # Prompts of equal length: no padding, every row generates exactly new_tokens (EOS is ignored).
     mask = torch.ones_like(prompt)
     with torch.no_grad():
@@ -128,8 +136,10 @@ def bench(args):
         model.generate(input_ids=prompt, attention_mask=mask, **kwargs)
         rates = []
         for _ in range(args.generations):
+            sync()
             t = time.perf_counter()
             out = model.generate(input_ids=prompt, attention_mask=mask, **kwargs)
+            sync()
             rates.append(out.shape[0] * (out.shape[1] - args.prompt) / (time.perf_counter() - t))
     generate = sorted(rates)[len(rates) // 2]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -168,6 +178,7 @@ def main():
     b.add_argument("--new-tokens", type=int, default=128)
     b.add_argument("--generations", type=int, default=5)
     b.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    b.add_argument("--device", default="cpu")
     # Rows generated at once (--batch is the training batch; existing callers expect batch-1 generation).
     b.add_argument("--generate-batch", type=int, default=1)
     b.add_argument("--prompts", choices=["random", "same"], default="random",
