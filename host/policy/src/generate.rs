@@ -463,6 +463,12 @@ impl Policy {
 /// over the vocabulary each. `None` for a finished row. Each row draws from its own generator,
 /// so the result does not depend on how rows are split.
 fn sample_rows(seqs: &mut [Sequence], rows: &[Vec<f32>]) -> Vec<Option<(i64, f64)>> {
+    // Below about a millisecond of work (a few rows of a large vocabulary) a thread costs more
+    // than it saves.
+    sample_rows_over_threads(seqs, rows, 1 << 18)
+}
+
+fn sample_rows_over_threads(seqs: &mut [Sequence], rows: &[Vec<f32>], min_work: usize) -> Vec<Option<(i64, f64)>> {
     fn pick(seqs: &mut [Sequence], rows: &[Vec<f32>]) -> Vec<Option<(i64, f64)>> {
         seqs.iter_mut()
             .zip(rows)
@@ -471,7 +477,7 @@ fn sample_rows(seqs: &mut [Sequence], rows: &[Vec<f32>]) -> Vec<Option<(i64, f64
     }
     let running = seqs.iter().filter(|s| s.finish.is_none()).count();
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(running);
-    if workers <= 1 {
+    if workers <= 1 || running * rows.first().map_or(0, Vec::len) < min_work {
         return pick(seqs, rows);
     }
     let chunk = seqs.len().div_ceil(workers);
@@ -545,4 +551,43 @@ const SHARED_PREFIX_MIN: usize = 32;
 fn shared_prefix(prompts: &[Vec<i64>]) -> usize {
     let Some((first, rest)) = prompts.split_first() else { return 0 };
     rest.iter().fold(first.len(), |n, p| first.iter().zip(p).take(n).take_while(|(a, b)| a == b).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sequences(params: &SamplingParams, n: usize) -> Vec<Sequence> {
+        (0..n)
+            .map(|i| Sequence {
+                prompt: vec![1],
+                output: Vec::new(),
+                logprobs: Vec::new(),
+                seen: vec![1],
+                sampler: Sampler::new(params, i as u64),
+                // A finished row in the middle is skipped, whichever thread holds it.
+                finish: (i == 3).then_some(FinishReason::Eos),
+                streamed: 0,
+                stop_at: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_sampled_over_threads_draw_as_on_one() {
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1);
+        let rows: Vec<Vec<f32>> =
+            (0..9).map(|_| (0..1_000).map(|_| rand::Rng::random_range(&mut rng, -5.0_f32..5.0)).collect()).collect();
+        for temperature in [1.0, 0.0] {
+            let params = SamplingParams { temperature, ..SamplingParams::default() };
+            let (mut alone, mut spread) = (sequences(&params, 9), sequences(&params, 9));
+            for _ in 0..4 {
+                let one = sample_rows_over_threads(&mut alone, &rows, usize::MAX);
+                let many = sample_rows_over_threads(&mut spread, &rows, 0);
+                assert_eq!(one, many);
+                assert_eq!(one.iter().filter(|p| p.is_none()).count(), 1);
+                assert!(one[3].is_none());
+            }
+        }
+    }
 }
