@@ -475,9 +475,14 @@ fn sample_rows_over_threads(seqs: &mut [Sequence], rows: &[Vec<f32>], min_work: 
             .map(|(s, row)| s.finish.is_none().then(|| s.sampler.next_scored(row, &s.seen)))
             .collect()
     }
+    // Asked once: on Linux the answer reads the cgroup's CPU quota from files.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let running = seqs.iter().filter(|s| s.finish.is_none()).count();
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(running);
-    if workers <= 1 || running * rows.first().map_or(0, Vec::len) < min_work {
+    if running * rows.first().map_or(0, Vec::len) < min_work {
+        return pick(seqs, rows);
+    }
+    let workers = (*CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))).min(running);
+    if workers <= 1 {
         return pick(seqs, rows);
     }
     let chunk = seqs.len().div_ceil(workers);
