@@ -1,7 +1,8 @@
 //! Choosing a batch's next tokens on the host: a draw and its log-prob for each of 32 rows of
 //! SmolLM2's 49,152-token vocabulary, as one decode step of a rollout batch needs them. Before:
-//! `Sampler::next` then `log_prob` (three passes of exponentials at a temperature), row after
-//! row. After: `Sampler::next_scored` (one pass), rows spread over the cores as `generate` does.
+//! `Sampler::next` then `log_prob`, row after row (two passes of exponentials at a temperature;
+//! three until `next` kept its row's weights). After: `Sampler::next_scored` (one pass), rows
+//! spread over the cores as `generate` does.
 //!
 //!   cargo bench --profile dev -p toolsmith-policy --bench sampling [-- --rows 32 --vocab 49152 --rounds 5]
 //!

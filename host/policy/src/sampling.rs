@@ -151,25 +151,10 @@ impl Sampler {
             let token = self.next(logits, seen);
             return (token, log_prob(logits, token as usize, temperature));
         }
-        let max = max as f64;
         let u: f64 = self.rng.random();
-        // With a finite maximum and no NaN, exp(-inf) = 0 is the weight `sample_unsorted` gives
-        // -inf, and `log_prob`'s sum over every logit is the sum of these weights in the same order.
-        self.weights.clear();
-        self.weights.extend(logits.iter().map(|&l| ((l as f64 - max) / temperature).exp()));
-        let total: f64 = self.weights.iter().sum();
-        let mut target = u * total;
-        let mut token = None;
-        for (i, &w) in self.weights.iter().enumerate() {
-            if w > 0.0 {
-                token = Some(i);
-                if target < w {
-                    break;
-                }
-                target -= w;
-            }
-        }
-        let token = token.unwrap_or_else(|| argmax(logits));
+        // With a finite maximum and no NaN, the weights' total is `log_prob`'s sum over every
+        // logit, in the same order.
+        let (token, max, total) = sample_unsorted(logits, temperature, u, &mut self.weights);
         (token as i64, (logits[token] as f64 - max) / temperature - total.ln())
     }
 
@@ -192,7 +177,7 @@ impl Sampler {
         let u: f64 = self.rng.random();
         if self.params.top_k == 0 && self.params.top_p >= 1.0 {
             // Plain temperature sampling needs no ordering: skip sorting the whole vocabulary.
-            return sample_unsorted(logits, self.params.temperature, u);
+            return sample_unsorted(logits, self.params.temperature, u, &mut self.weights).0 as i64;
         }
         let dist = distribution(logits, &self.params);
         let mut u = u;
@@ -207,24 +192,26 @@ impl Sampler {
     }
 }
 
-/// Inverse-CDF sampling from `softmax(logits / temperature)` in vocabulary order.
-fn sample_unsorted(logits: &[f32], temperature: f64, u: f64) -> i64 {
+/// Inverse-CDF sampling from `softmax(logits / temperature)` in vocabulary order: the token, the
+/// row's maximum and the total of its unnormalised weights, which are computed once into
+/// `weights` (non-finite logits weigh 0).
+fn sample_unsorted(logits: &[f32], temperature: f64, u: f64, weights: &mut Vec<f64>) -> (usize, f64, f64) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let weight = |l: f32| if l.is_finite() { ((l as f64 - max) / temperature).exp() } else { 0.0 };
-    let total: f64 = logits.iter().map(|&l| weight(l)).sum();
+    weights.clear();
+    weights.extend(logits.iter().map(|&l| if l.is_finite() { ((l as f64 - max) / temperature).exp() } else { 0.0 }));
+    let total: f64 = weights.iter().sum();
     let mut target = u * total;
-    let mut last = argmax(logits);
-    for (i, &l) in logits.iter().enumerate() {
-        let w = weight(l);
+    let mut token = None;
+    for (i, &w) in weights.iter().enumerate() {
         if w > 0.0 {
-            last = i;
+            token = Some(i);
             if target < w {
-                return i as i64;
+                break;
             }
             target -= w;
         }
     }
-    last as i64
+    (token.unwrap_or_else(|| argmax(logits)), max, total)
 }
 
 /// Index of the largest logit (the first one on ties, like `torch.argmax`).
