@@ -379,7 +379,9 @@ fn an_rl_run_killed_mid_iteration_resumes_from_its_last_checkpoint() {
     let doctor = ok(&run(&["tools", "doctor", "--registry", registry.to_str().expect("utf-8")]));
     assert!(doctor.contains("healthy"), "{doctor}");
     // The killed and resumed run took the same updates as one that was never interrupted:
-    // the same rollouts (seeded by iteration), rewards and losses, to 1e-5.
+    // the same rollouts (seeded by iteration), rewards and losses, to 1e-5. (A random model's
+    // SEARL rewards are all equal, so these updates are zero: `tests/rl.rs` in the trainer
+    // crate resumes a run whose updates move the weights.)
     let straight = dir.path().join("straight");
     ok(&run(&rl_args(straight.to_str().expect("utf-8"))));
     let (resumed, uninterrupted) = (iteration_records(&out), iteration_records(&straight));

@@ -32,6 +32,13 @@ fn grpo_and_dr_grpo_group_advantages() {
     assert_all_close(&group_advantages(&[0.3; 4], GroupNorm::MeanStd), &[0.0; 4], 1e-12);
     // One episode: nothing to compare with.
     assert_all_close(&group_advantages(&[1.0], GroupNorm::MeanStd), &[0.0], 1e-12);
+    // Equal up to rounding (-0.1 - 0.1 against 0.1 - 0.3): exactly 0, where (r - mean) / (std +
+    // eps) gave +-1.1e-11 for Adam to turn into a step.
+    let rounded = [-0.1 - 0.1, 0.1 - 0.3, -0.1 - 0.1];
+    assert_ne!(rounded[0], rounded[1]);
+    for norm in [GroupNorm::MeanStd, GroupNorm::Mean] {
+        assert_eq!(group_advantages(&rounded, norm), vec![0.0; 3], "{norm:?}");
+    }
 }
 
 #[test]
@@ -362,6 +369,82 @@ fn mtr_tiers_and_repetition_penalty_by_hand() {
     assert!(close(method::mtr::reward(&repeated, &golden, &config).total, 0.5, 1e-12));
 }
 
+/// Test methods whose rewards an untrained tiny model's episodes do (or only seem to) differ on.
+/// Under the papers' rewards every episode of a random model scores the same (every turn
+/// malformed, no answer): its advantages are all 0 and no gradient flows, so the tests that an
+/// update trains what it should, and only that, use these.
+mod probes {
+    use toolsmith_agent::{Mode, Trajectory};
+    use toolsmith_train::TrainError;
+    use toolsmith_train::rl::RlConfig;
+    use toolsmith_train::rl::method::{
+        CreditAssignment, CreditContext, GroupView, Method, MethodSpec, TurnCredit, episode_credit,
+    };
+    use toolsmith_train::rl::reward::EpisodeReward;
+
+    fn sampled(episode: &Trajectory) -> Vec<i64> {
+        episode.steps.iter().filter_map(|s| s.tokens.as_ref()).flat_map(|t| t.output_ids.iter().copied()).collect()
+    }
+
+    fn grpo(group: &GroupView<'_>, context: &CreditContext<'_>) -> Result<Vec<Vec<TurnCredit>>, TrainError> {
+        Ok(episode_credit(group, context.config.group_norm))
+    }
+
+    fn unchanged(config: RlConfig) -> RlConfig {
+        config
+    }
+
+    /// The share of even ids among the tokens the episode sampled: it differs between episodes.
+    struct EvenTokens;
+
+    impl CreditAssignment for EvenTokens {
+        fn reward(&self, episode: &Trajectory, _: &[String], _: &RlConfig) -> EpisodeReward {
+            let ids = sampled(episode);
+            let even = ids.iter().filter(|&&id| id % 2 == 0).count() as f64 / ids.len().max(1) as f64;
+            EpisodeReward { total: even, outcome: even, steps: Vec::new() }
+        }
+
+        fn credit(&self, g: &GroupView<'_>, c: &CreditContext<'_>) -> Result<Vec<Vec<TurnCredit>>, TrainError> {
+            grpo(g, c)
+        }
+    }
+
+    /// 0.1 + 0.2 or 0.3 by the parity of the sum of the sampled ids: equal but for rounding.
+    struct RoundingOnly;
+
+    impl CreditAssignment for RoundingOnly {
+        fn reward(&self, episode: &Trajectory, _: &[String], _: &RlConfig) -> EpisodeReward {
+            let total = if sampled(episode).iter().sum::<i64>() % 2 == 0 { 0.1 + 0.2 } else { 0.3 };
+            EpisodeReward { total, outcome: total, steps: Vec::new() }
+        }
+
+        fn credit(&self, g: &GroupView<'_>, c: &CreditContext<'_>) -> Result<Vec<Vec<TurnCredit>>, TrainError> {
+            grpo(g, c)
+        }
+    }
+
+    static EVEN_TOKENS: MethodSpec = MethodSpec {
+        name: "even-tokens",
+        aliases: &[],
+        summary: "A test's: the share of even token ids sampled.",
+        mode: Mode::React,
+        defaults: unchanged,
+        assign: &EvenTokens,
+    };
+
+    static ROUNDING_ONLY: MethodSpec = MethodSpec {
+        name: "rounding-only",
+        aliases: &[],
+        summary: "A test's: rewards equal up to rounding.",
+        mode: Mode::React,
+        defaults: unchanged,
+        assign: &RoundingOnly,
+    };
+
+    pub const EVEN: Method = Method::from_spec(&EVEN_TOKENS);
+    pub const ROUNDING: Method = Method::from_spec(&ROUNDING_ONLY);
+}
+
 fn tiny_rl(
     out: &std::path::Path,
     iterations: u64,
@@ -414,16 +497,102 @@ fn tiny_rl_with(
 }
 
 #[test]
+fn an_update_moves_the_weights_where_rewards_differ_and_not_for_rounding() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let weights = |trainer: &toolsmith_train::rl::RlTrainer| -> Vec<(String, Tensor)> {
+        let p = trainer.policy();
+        let policy = p.lock().expect("policy");
+        let mut all: Vec<_> = policy.var_store().variables().into_iter().collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all.into_iter().map(|(n, t)| (n, t.copy())).collect()
+    };
+    let mut moved = Vec::new();
+    for method in [probes::EVEN, probes::ROUNDING] {
+        let out = dir.path().join(method.name());
+        let mut trainer = tiny_rl_with(&out, 1, false, method, |c| {
+            c.eval = None;
+            // A KL term too: at the first step it must be exactly 0 as well.
+            c.loss.kl_coef = 0.1;
+        })
+        .expect("prepare");
+        let before = weights(&trainer);
+        trainer.run(&mut |_| {}).expect("trains");
+        let after = weights(&trainer);
+        let largest =
+            before.iter().zip(&after).map(|((_, a), (_, b))| (a - b).abs().max().double_value(&[])).fold(0.0, f64::max);
+        moved.push(largest);
+    }
+    // Rewards that differ move the weights by about the learning rate (Adam's first step);
+    // rewards equal up to rounding leave them bit for bit.
+    assert!(moved[0] > 1e-4, "{moved:?}");
+    assert_eq!(moved[1], 0.0, "{moved:?}");
+}
+
+#[test]
+fn a_resumed_run_repeats_the_updates_of_an_uninterrupted_one() {
+    use toolsmith_train::metrics::{IterationMetrics, Record, read};
+    // With rewards that differ, so that every iteration moves the weights: one run of three
+    // iterations, and one stopped after the first and resumed from its checkpoint.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let iterations = |out: &std::path::Path| -> Vec<IterationMetrics> {
+        read(&out.join("metrics.jsonl"))
+            .expect("metrics")
+            .into_iter()
+            .filter_map(|r| if let Record::Iteration(m) = r { Some(m) } else { None })
+            .collect()
+    };
+    let quiet = |c: &mut toolsmith_train::rl::RlConfig| c.eval = None;
+    let straight = dir.path().join("straight");
+    tiny_rl_with(&straight, 3, false, probes::EVEN, quiet).expect("prepare").run(&mut |_| {}).expect("trains");
+    let stopped = dir.path().join("stopped");
+    tiny_rl_with(&stopped, 1, false, probes::EVEN, quiet).expect("prepare").run(&mut |_| {}).expect("trains");
+    let mut resumed = tiny_rl_with(&stopped, 3, true, probes::EVEN, quiet).expect("resume");
+    assert_eq!(resumed.state().step, 1);
+    resumed.run(&mut |_| {}).expect("resumes");
+    let (a, b) = (iterations(&straight), iterations(&stopped));
+    assert_eq!(a.len(), 3);
+    assert_eq!(b.len(), 3);
+    for (x, y) in a.iter().zip(&b) {
+        assert!(x.grad_norm > 0.0, "{x:?}");
+        for (name, u, v) in [
+            ("reward", x.reward, y.reward),
+            ("loss", x.loss, y.loss),
+            ("kl", x.kl, y.kl),
+            ("grad_norm", x.grad_norm, y.grad_norm),
+        ] {
+            assert!((u - v).abs() <= 1e-6 * u.abs().max(1e-3), "iteration {}: {name} {u} vs {v}", x.iteration);
+        }
+    }
+}
+
+#[test]
+fn before_the_first_step_the_policy_matches_its_reference_bit_for_bit() {
+    use toolsmith_train::metrics::{Record, read};
+    // The reference's log-probs and the trained ones come from the same micro-batches, so before
+    // any step the KL between them is exactly 0 however the batch is split. Scored in another
+    // order (other padding) they differed by rounding (KL 3e-7), and Adam turned that noise into
+    // a full-size step, different in every process.
+    let dir = tempfile::tempdir().expect("tempdir");
+    for tokens in [256, 1024, 8192] {
+        let out = dir.path().join(format!("mb-{tokens}"));
+        let mut trainer = tiny_rl_with(&out, 1, false, toolsmith_train::rl::Method::SEARL, |c| {
+            c.eval = None;
+            c.micro_batch_tokens = tokens;
+        })
+        .expect("prepare");
+        trainer.run(&mut |_| {}).expect("trains");
+        let records = read(&out.join("metrics.jsonl")).expect("metrics");
+        let kl: Vec<f64> =
+            records.iter().filter_map(|r| if let Record::Iteration(m) = r { Some(m.kl) } else { None }).collect();
+        assert_eq!(kl, vec![0.0], "{tokens}-token micro-batches");
+    }
+}
+
+#[test]
 fn an_rl_run_trains_checkpoints_and_resumes() {
     use toolsmith_train::metrics::{Record, read};
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
-    let before = {
-        let trainer = tiny_rl(&out, 2, false).expect("prepare");
-        let p = trainer.policy();
-        let policy = p.lock().expect("policy");
-        policy.var_store().variables().values().map(|t| t.abs().sum(Kind::Double).double_value(&[])).sum::<f64>()
-    };
     let mut trainer = tiny_rl(&out, 2, false).expect("prepare");
     trainer.run(&mut |_| {}).expect("trains");
     let records = read(&out.join("metrics.jsonl")).expect("metrics");
@@ -431,7 +600,9 @@ fn an_rl_run_trains_checkpoints_and_resumes() {
         records.iter().filter_map(|r| if let Record::Iteration(m) = r { Some(m.clone()) } else { None }).collect();
     assert_eq!(iterations.len(), 2);
     for m in &iterations {
-        // Two tasks of three episodes each; SEARL's format rewards make rewards differ.
+        // Two tasks of three episodes each (that an update moves the weights where rewards
+        // differ is `an_update_moves_the_weights_where_rewards_differ_and_not_for_rounding`:
+        // SEARL's rewards for a random model's episodes are all the same).
         assert_eq!(m.episodes, 6, "{m:?}");
         assert!(m.groups >= 1 && m.loss.is_finite() && m.kl >= 0.0, "{m:?}");
         // One epoch: the trainer scores exactly what the sampler sampled, with the same weights.
@@ -439,13 +610,6 @@ fn an_rl_run_trains_checkpoints_and_resumes() {
         assert!(m.entropy > 0.0, "{m:?}");
     }
     assert_eq!(records.iter().filter(|r| matches!(r, Record::Eval(_))).count(), 2);
-    // The weights moved.
-    let after = {
-        let p = trainer.policy();
-        let policy = p.lock().expect("policy");
-        policy.var_store().variables().values().map(|t| t.abs().sum(Kind::Double).double_value(&[])).sum::<f64>()
-    };
-    assert!((after - before).abs() > 1e-6, "{before} -> {after}");
     assert!(out.join("final/config.json").exists());
     // A second run in the same directory must resume or go elsewhere.
     let err = tiny_rl(&out, 3, false).expect_err("refused").to_string();
@@ -699,7 +863,7 @@ fn mempo_credit_puts_the_memory_term_on_mem_tokens_only() {
     use toolsmith_train::rl::Method;
     use toolsmith_train::rl::episode::{EpisodeSequence, TurnSpan, mem_span};
     use toolsmith_train::rl::method::{CreditContext, GroupView, TurnCredit, token_advantages};
-    let (policy, builder, config) = credit_fixture(Method::MEMPO, GroupNorm::Mean);
+    let (policy, builder, mut config) = credit_fixture(Method::MEMPO, GroupNorm::Mean);
     let golden = task("Paris");
     let episodes = vec![
         trajectory(
@@ -729,6 +893,16 @@ fn mempo_credit_puts_the_memory_term_on_mem_tokens_only() {
     assert_eq!((credit[0][1].memory, credit[1][0].memory), (0.0, 0.0));
     let (m0, m1) = (credit[0][0].memory, credit[1][1].memory);
     assert!(m0 != 0.0 && close(m0 + m1, 0.0, 1e-12), "{m0} {m1}");
+    // `lambda` weighs the memory term (0: the paper's ablation, GRPO with memory); the
+    // trajectory part stays.
+    for (lambda, scale) in [(0.5, 0.5), (0.0, 0.0)] {
+        config.step_credit.lambda = lambda;
+        let weighed = assign
+            .credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder })
+            .expect("credit");
+        assert!(close(weighed[0][0].memory, scale * m0, 1e-12) && weighed[1][1].memory == scale * m1, "{weighed:?}");
+        assert!(weighed[0].iter().all(|t| close(t.turn, 0.5, 1e-12)), "{weighed:?}");
+    }
 
     // Assembled: the `<mem>` block's tokens carry turn + memory, the rest of the turn the turn's.
     let guard = policy.lock().expect("policy");
@@ -816,14 +990,13 @@ fn gigpo_adds_a_step_advantage_among_turns_from_the_same_state() {
 
 #[test]
 fn rl_with_trainable_layers_moves_only_the_top_layers() {
-    use toolsmith_train::rl::Method;
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
     let top_two = |c: &mut toolsmith_train::rl::RlConfig| {
         c.eval = None;
         c.trainable_layers = Some(2);
     };
-    let mut trainer = tiny_rl_with(&out, 1, false, Method::SEARL, top_two).expect("prepare");
+    let mut trainer = tiny_rl_with(&out, 1, false, probes::EVEN, top_two).expect("prepare");
     trainer.run(&mut |_| {}).expect("trains");
     let start = toolsmith_policy::Policy::tiny(0, Default::default()).expect("tiny");
     let (before, p) = (start.var_store().variables(), trainer.policy());
@@ -860,7 +1033,6 @@ fn only_the_listed_settings_may_change_on_resume() {
 #[test]
 fn rl_with_lora_trains_the_adapters_against_the_base_as_reference() {
     use toolsmith_train::metrics::{Record, read};
-    use toolsmith_train::rl::Method;
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
     let lora = |c: &mut toolsmith_train::rl::RlConfig| {
@@ -876,7 +1048,7 @@ fn rl_with_lora_trains_the_adapters_against_the_base_as_reference() {
             target_modules: vec!["all-linear".into()],
         });
     };
-    let mut trainer = tiny_rl_with(&out, 2, false, Method::SEARL, lora).expect("prepare");
+    let mut trainer = tiny_rl_with(&out, 2, false, probes::EVEN, lora).expect("prepare");
     trainer.run(&mut |_| {}).expect("trains");
     let p = trainer.policy();
     let policy = p.lock().expect("policy");

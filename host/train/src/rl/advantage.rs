@@ -38,8 +38,14 @@ pub fn mean_std(values: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-/// The advantage of each episode of a group from its reward.
+/// The advantage of each episode of a group from its reward. Rewards within 1e-9 of each other
+/// are equal (sums of the same step rewards in another order differ by rounding): their
+/// advantages are exactly 0, not rounding noise, which the normalisation would scale and Adam
+/// would turn into a full-size step.
 pub fn group_advantages(rewards: &[f64], norm: GroupNorm) -> Vec<f64> {
+    if !informative(rewards) {
+        return vec![0.0; rewards.len()];
+    }
     let (mean, std) = mean_std(rewards);
     rewards
         .iter()

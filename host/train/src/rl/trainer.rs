@@ -26,6 +26,7 @@ use crate::rl::graph::{GraphUpdate, REGISTRY_FILE, TrainingGraph};
 use crate::rl::method::{CreditContext, GroupView};
 use crate::rl::reward::correct;
 use crate::rl::rollout::{Group, TrainWorld, mix, pool_hash, simulated};
+use crate::rl::update::longest_first;
 use crate::run::{Core, Event, Opened, Resume, Setup, Unit, open, trainable};
 use crate::sequence::SequenceBuilder;
 
@@ -229,6 +230,7 @@ impl Unit for RlUnit {
             let credit = self.config.method.spec().assign.credit(&group.view(), &context)?;
             examples.extend(self.examples(group, &credit)?);
         }
+        longest_first(&mut examples);
         let gap = self.old_logprobs(&mut examples, &policy)?;
         self.reference_logprobs(&mut examples, &policy)?;
         let all: Vec<&Group> = sampled.kept.iter().chain(&sampled.dropped).collect();

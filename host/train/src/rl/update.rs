@@ -142,12 +142,12 @@ impl RlUnit {
         Ok(())
     }
 
-    /// `epochs` optimiser steps on the examples, longest first so that micro-batches hold
-    /// similar lengths.
+    /// `epochs` optimiser steps on the examples, in [`longest_first`] order.
     pub(super) fn update(&self, core: &mut Core, examples: &mut [Example]) -> Result<UpdateOutcome, TrainError> {
         let c = &self.config;
         let iteration = core.state().step;
-        examples.sort_by_key(|e| std::cmp::Reverse(e.sequence.tokens.ids.len()));
+        // A no-op after the trainer's own call; kept so that the update never depends on it.
+        longest_first(examples);
         let sequences: Vec<TokenSequence> = examples.iter().map(|e| e.sequence.tokens.clone()).collect();
         let trained: Vec<usize> =
             sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).collect();
@@ -234,6 +234,15 @@ impl RlUnit {
             .map_err(|e| TrainError::Agent(format!("cannot push the weights to the engine: {e}")))?;
         Ok(())
     }
+}
+
+/// Orders `examples` longest first (stably), so that micro-batches hold similar lengths. Done
+/// once, before any scoring: the old, reference and trained log-probs then come from the same
+/// micro-batches with the same padding, and before the first step the policy and its reference
+/// agree bit for bit. Scored in another grouping they differed by rounding, which Adam turned
+/// into a full-size step where the advantages were all 0.
+pub(super) fn longest_first(examples: &mut [Example]) {
+    examples.sort_by_key(|e| std::cmp::Reverse(e.sequence.tokens.ids.len()));
 }
 
 /// Every example's log-probs under `policy` (no gradients), position by position.

@@ -127,10 +127,15 @@ impl CreditAssignment for MemPo {
 
     fn credit(&self, group: &GroupView<'_>, context: &CreditContext<'_>) -> Result<Vec<Vec<TurnCredit>>, TrainError> {
         let mut credit = episode_credit(group, context.config.group_norm);
+        let weight = context.config.step_credit.lambda;
+        if weight == 0.0 {
+            // The ablation: no memory term, and no probe of the memories to compute one.
+            return Ok(credit);
+        }
         let memory = memory_advantages(&memory_rewards(group, context)?, context.config.group_norm);
         for (turns, m) in credit.iter_mut().zip(&memory) {
             for (turn, &m) in turns.iter_mut().zip(m) {
-                turn.memory = m;
+                turn.memory = weight * m;
             }
         }
         Ok(credit)

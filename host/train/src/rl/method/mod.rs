@@ -185,6 +185,13 @@ impl Method {
         METHODS.iter().map(|&spec| Method(spec))
     }
 
+    /// A method outside [`METHODS`]: a test's, or one being written in another crate. It trains
+    /// in process like any other; a config naming it is read back (`--config`, resume) only once
+    /// it has its line in the table.
+    pub const fn from_spec(spec: &'static MethodSpec) -> Method {
+        Method(spec)
+    }
+
     /// The method named `name` (or one of its aliases).
     pub fn parse(name: &str) -> Option<Method> {
         Method::all().find(|m| m.0.name == name || m.0.aliases.contains(&name))
