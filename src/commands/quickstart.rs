@@ -739,7 +739,7 @@ the pretrained policy (SmolLM2-135M-Instruct; `--policy smollm2-135m`, `--init s
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
     }
-    let lora = LoraConfig { rank: 16, alpha: 32.0, dropout: 0.0, target_modules: vec!["all-linear".into()] };
+    let lora = LoraConfig { dropout: 0.0, ..LoraConfig::default() };
     let sft_config = SftConfig {
         init: dir.to_string_lossy().into_owned(),
         data: DataConfig {

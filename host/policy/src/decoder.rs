@@ -317,8 +317,19 @@ pub struct LoraSettings {
     pub dropout: f64,
     /// Names from [`LORA_MODULES`].
     pub modules: Vec<String>,
+    /// The decoder layers adapted, sorted (`None`: every layer).
+    pub layers: Option<Vec<usize>>,
     /// Off: the base model alone (e.g. the reference of a KL penalty), with no second copy.
     pub enabled: bool,
+}
+
+impl LoraSettings {
+    /// Whether the linear layer `name` (`model.layers.N.<...>.module`) gets an adapter.
+    fn adapts(&self, module: &str, name: &str) -> bool {
+        let layer = || name.strip_prefix("model.layers.")?.split('.').next()?.parse::<usize>().ok();
+        self.modules.iter().any(|m| m == module)
+            && self.layers.as_ref().is_none_or(|ls| layer().is_some_and(|l| ls.binary_search(&l).is_ok()))
+    }
 }
 
 impl Transformer {
@@ -382,14 +393,14 @@ impl Transformer {
         })
     }
 
-    /// Adds LoRA adapters to `settings.modules` of every layer, their variables under `root`
+    /// Adds LoRA adapters to `settings.modules` of `settings.layers`, their variables under `root`
     /// (another var store than the base's) named as the base's plus `.lora_A.weight` and
     /// `.lora_B.weight`. `A` starts as PEFT's does (Kaiming-uniform, bound `1/sqrt(in)`), `B` at
     /// zero, so the adapted model starts as the base. Replaces adapters attached before.
     pub fn attach_lora(&mut self, root: &nn::Path, settings: LoraSettings) {
         for (module, linear) in self.linears_mut() {
             linear.lora = None;
-            if !settings.modules.iter().any(|m| m == module) {
+            if !settings.adapts(module, &linear.name) {
                 continue;
             }
             let (output, input) = (linear.weight.size()[0], linear.weight.size()[1]);
@@ -433,7 +444,7 @@ impl Transformer {
     /// The names and shapes of the adapter variables `settings` would attach.
     pub fn lora_shapes(&self, settings: &LoraSettings) -> Vec<(String, Vec<i64>)> {
         self.linears()
-            .filter(|(m, _)| settings.modules.iter().any(|s| s == m))
+            .filter(|(m, l)| settings.adapts(m, &l.name))
             .flat_map(|(_, l)| {
                 let (output, input) = (l.weight.size()[0], l.weight.size()[1]);
                 [

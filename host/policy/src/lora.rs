@@ -38,11 +38,23 @@ pub struct LoraConfig {
     /// Linear layers to adapt, by PEFT's names (`q_proj`, `k_proj`, `v_proj`, `o_proj`,
     /// `gate_proj`, `up_proj`, `down_proj`), or `all-linear`. By default `all-linear`.
     pub target_modules: Vec<String>,
+    /// The decoder layers that get adapters, by index from 0 (PEFT's `layers_to_transform`);
+    /// `null`: every layer. The backward pass stops at the lowest adapted layer, so adapters on
+    /// the top layers cost what training those layers does, with optimiser state for the
+    /// adapters alone. A run's `trainable_layers` sets it to the top N. By default `null`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layers_to_transform: Option<Vec<usize>>,
 }
 
 impl Default for LoraConfig {
     fn default() -> Self {
-        Self { rank: 16, alpha: 32.0, dropout: 0.05, target_modules: vec!["all-linear".into()] }
+        Self {
+            rank: 16,
+            alpha: 32.0,
+            dropout: 0.05,
+            target_modules: vec!["all-linear".into()],
+            layers_to_transform: None,
+        }
     }
 }
 
@@ -78,19 +90,53 @@ impl LoraConfig {
         }
         modules.sort_by_key(|m| LORA_MODULES.iter().position(|x| x == m));
         modules.dedup();
+        let layers = match &self.layers_to_transform {
+            Some(l) if l.is_empty() => return bad("layers_to_transform is empty (null adapts every layer)".into()),
+            Some(l) => {
+                let mut l = l.clone();
+                l.sort_unstable();
+                l.dedup();
+                Some(l)
+            }
+            None => None,
+        };
         Ok(LoraSettings {
             rank: self.rank,
             scale: self.alpha / self.rank as f64,
             dropout: self.dropout,
             modules,
+            layers,
             enabled: true,
         })
     }
 
-    /// The same adaptation with `all-linear` spelled out and the modules in the model's order,
-    /// so two configs compare equal when they adapt the same layers the same way.
+    /// [`LoraConfig::settings`], checked against a model of `layers` decoder layers.
+    pub fn settings_for(&self, layers: usize) -> Result<LoraSettings, PolicyError> {
+        let settings = self.settings()?;
+        if let Some(&past) = settings.layers.iter().flatten().find(|&&l| l >= layers) {
+            return Err(PolicyError::Config(format!(
+                "lora: layers_to_transform names layer {past}, and the model's layers are 0..{layers}"
+            )));
+        }
+        Ok(settings)
+    }
+
+    /// These settings with adapters on the top `n` of a model's `layers` decoder layers only.
+    pub fn on_top_layers(&self, n: usize, layers: usize) -> Result<Self, PolicyError> {
+        if n == 0 || n > layers {
+            return Err(PolicyError::Config(format!(
+                "trainable_layers must be between 1 and the model's {layers} layers, got {n}"
+            )));
+        }
+        Ok(Self { layers_to_transform: Some((layers - n..layers).collect()), ..self.clone() })
+    }
+
+    /// The same adaptation with `all-linear` spelled out, the modules in the model's order and
+    /// the layers sorted, so two configs compare equal when they adapt the same layers the same
+    /// way.
     pub fn normalized(&self) -> Result<Self, PolicyError> {
-        Ok(Self { target_modules: self.settings()?.modules, ..self.clone() })
+        let settings = self.settings()?;
+        Ok(Self { target_modules: settings.modules, layers_to_transform: settings.layers, ..self.clone() })
     }
 
     /// The config PEFT writes, as PEFT reads it.
@@ -103,6 +149,7 @@ impl LoraConfig {
             "lora_alpha": self.alpha,
             "lora_dropout": self.dropout,
             "target_modules": modules,
+            "layers_to_transform": self.layers_to_transform,
             "bias": "none",
             "fan_in_fan_out": false,
             "inference_mode": true,
@@ -137,11 +184,23 @@ impl LoraConfig {
             Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
             _ => return Err(PolicyError::checkpoint(path, "\"target_modules\" is missing")),
         };
+        // PEFT takes one index or a list.
+        let index = |v: &Value| {
+            v.as_u64()
+                .and_then(|i| usize::try_from(i).ok())
+                .ok_or_else(|| PolicyError::checkpoint(path, format!("layers_to_transform: {v} is not a layer index")))
+        };
+        let layers_to_transform = match field("layers_to_transform") {
+            None => None,
+            Some(Value::Array(a)) => Some(a.iter().map(index).collect::<Result<Vec<_>, _>>()?),
+            Some(v) => Some(vec![index(v)?]),
+        };
         let config = Self {
             rank: number("r")? as i64,
             alpha: number("lora_alpha")?,
             dropout: field("lora_dropout").and_then(Value::as_f64).unwrap_or(0.0),
             target_modules,
+            layers_to_transform,
         };
         let base = field("base_model_name_or_path").and_then(Value::as_str).unwrap_or_default().to_owned();
         Ok((config, base))
@@ -220,7 +279,7 @@ impl Policy {
     /// zero) and freezes every base weight. Refused, before anything changes, for a module the
     /// model lacks or numbers out of range; an adapter already attached is replaced.
     pub fn add_lora(&mut self, config: &LoraConfig, seed: u64) -> Result<(), PolicyError> {
-        let settings = config.settings()?;
+        let settings = config.settings_for(self.layer_count())?;
         let mut vs = VarStore::new(self.vs.device());
         vs.set_kind(self.model.kind());
         {
@@ -232,6 +291,11 @@ impl Policy {
         self.adapter = Some(Adapter { vs, config: config.clone(), base });
         self.touch();
         Ok(())
+    }
+
+    /// The number of decoder layers.
+    pub fn layer_count(&self) -> usize {
+        usize::try_from(self.model.spec().layers).unwrap_or(0)
     }
 
     /// The LoRA configuration, when adapters are attached.
@@ -260,7 +324,8 @@ impl Policy {
                 "this adapter was trained on another base model (its fingerprint differs from the loaded model's)",
             ));
         }
-        let settings = files.config.settings().map_err(|e| PolicyError::checkpoint(dir, e.to_string()))?;
+        let settings =
+            files.config.settings_for(self.layer_count()).map_err(|e| PolicyError::checkpoint(dir, e.to_string()))?;
         let expected: std::collections::HashMap<String, Vec<i64>> =
             self.model.lora_shapes(&settings).into_iter().collect();
         let mut values = std::collections::HashMap::new();

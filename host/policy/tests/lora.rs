@@ -34,6 +34,7 @@ fn config(rank: i64, modules: &[&str]) -> LoraConfig {
         alpha: 2.0 * rank as f64,
         dropout: 0.0,
         target_modules: modules.iter().map(|m| m.to_string()).collect(),
+        layers_to_transform: None,
     }
 }
 
@@ -170,4 +171,69 @@ fn adapters_that_do_not_fit_are_refused_and_change_nothing() {
     assert!(max_diff(&logits(&policy), &logits(&same)) < 1e-6);
     let err = policy.set_trainable_layers(Some(1)).expect_err("both").to_string();
     assert!(err.contains("exclude"), "{err}");
+}
+
+#[test]
+fn adapters_on_chosen_layers_only_save_load_and_are_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut policy = f32_tiny(0);
+    let base = logits(&policy);
+    let layers = policy.layer_count();
+    assert!(layers >= 3, "{layers}");
+    // A layer the model lacks is refused before anything changes.
+    let mut past = config(4, &["all-linear"]);
+    past.layers_to_transform = Some(vec![layers]);
+    let err = policy.add_lora(&past, 1).expect_err("no such layer").to_string();
+    assert!(err.contains(&format!("names layer {layers}")), "{err}");
+    let mut empty = config(4, &["all-linear"]);
+    empty.layers_to_transform = Some(Vec::new());
+    assert!(policy.add_lora(&empty, 1).expect_err("empty").to_string().contains("empty"));
+    assert_eq!(policy.lora(), None);
+
+    // A copy of this base to load the adapter onto (two `tiny(0)` built while other tests draw
+    // from libtorch's generator can differ).
+    let base_dir = dir.path().join("base");
+    policy.save(&base_dir).expect("save base");
+    let same_base = || {
+        Policy::load(&base_dir, LoadOptions { precision: Some(Precision::F32), ..Default::default() }).expect("base")
+    };
+
+    // The top two layers only: every adapter variable is theirs, and only they train.
+    let mut top = config(4, &["q_proj", "down_proj"]);
+    top.layers_to_transform = Some(vec![layers - 1, layers - 2]);
+    policy.add_lora(&top, 1).expect("lora");
+    let trained: Vec<String> = policy.trained_variables().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(trained.len(), 2 * 2 * 2, "{trained:?}");
+    for name in &trained {
+        let layer: usize = name.split('.').nth(2).and_then(|l| l.parse().ok()).expect("a layer");
+        assert!(layer >= layers - 2, "{name}");
+    }
+    perturb(&policy, 2);
+    let adapted = logits(&policy);
+    assert!(max_diff(&adapted, &base) > 1e-4);
+
+    // Saved as PEFT writes it, with the layers; loaded onto the same base, the same logits.
+    let adapter = dir.path().join("adapter");
+    policy.save_adapter(&adapter).expect("save");
+    let peft: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(adapter.join("adapter_config.json")).expect("read"))
+            .expect("json");
+    assert_eq!(peft["layers_to_transform"], serde_json::json!([layers - 1, layers - 2]));
+    let mut again = same_base();
+    again.load_adapter(&adapter).expect("load");
+    assert_eq!(max_diff(&logits(&again), &adapted), 0.0);
+    assert_eq!(again.lora().map(|l| l.normalized().expect("valid")), Some(top.normalized().expect("valid")));
+
+    // PEFT's single index is read as a list of one; an index past the model is refused.
+    let config_path = adapter.join("adapter_config.json");
+    let mut edited = peft.clone();
+    edited["layers_to_transform"] = serde_json::json!(layers + 5);
+    std::fs::write(&config_path, edited.to_string()).expect("write");
+    let err = same_base().load_adapter(&adapter).expect_err("past the model").to_string();
+    assert!(err.contains(&format!("names layer {}", layers + 5)), "{err}");
+    // Tensors of layers the config does not list do not fit.
+    edited["layers_to_transform"] = serde_json::json!(layers - 1);
+    std::fs::write(&config_path, edited.to_string()).expect("write");
+    let err = same_base().load_adapter(&adapter).expect_err("two layers' tensors, one listed").to_string();
+    assert!(err.contains("does not fit"), "{err}");
 }

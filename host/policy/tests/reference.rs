@@ -154,15 +154,34 @@ fn tiny_checkpoint_loads_in_transformers_too() {
 
 /// Our LoRA adapter, saved as PEFT saves one, loads in PEFT and gives our logits, with the adapter
 /// and merged.
+/// Our LoRA adapter, saved as PEFT saves one, loads in PEFT and gives our logits, with the adapter
+/// and merged.
 #[test]
 fn peft_loads_our_lora_adapter() {
+    peft_loads_our_adapter(false);
+}
+
+/// The same with adapters on the top layer only (PEFT's `layers_to_transform`).
+#[test]
+fn peft_loads_our_lora_adapter_of_the_top_layer() {
+    peft_loads_our_adapter(true);
+}
+
+fn peft_loads_our_adapter(top_layer_only: bool) {
     common::one_thread();
     let work = tempfile::tempdir().expect("tempdir");
     make_reference("llama", work.path());
     let dir = work.path().join("llama");
     let mut policy = Policy::load(&dir, LoadOptions { precision: Some(Precision::F32), ..Default::default() })
         .expect("load the transformers checkpoint");
-    let config = LoraConfig { rank: 4, alpha: 8.0, dropout: 0.0, target_modules: vec!["all-linear".into()] };
+    let top = policy.layer_count() - 1;
+    let config = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.0,
+        target_modules: vec!["all-linear".into()],
+        layers_to_transform: top_layer_only.then(|| vec![top]),
+    };
     policy.add_lora(&config, 3).expect("lora");
     // B starts at zero; give it values so the adapter changes something.
     // Deterministic without libtorch's global generator, which tests running at once share.

@@ -17,7 +17,9 @@ Optional keys of the plan's "config" (absent or null: full fp32 training, as bef
                                    PEFT LoRA adapters on the named modules (no bias); only the
                                    adapters train, with weight decay like other matrices. With
                                    "adapter": DIR, the initial adapter is read from DIR (PEFT's
-                                   layout), so both sides start from the same A.
+                                   layout), so both sides start from the same A; with
+                                   "trainable_layers" as well, that adapter's layers_to_transform
+                                   (the top N) say which layers are adapted.
 """
 import contextlib
 import json
@@ -61,11 +63,12 @@ def main():
     if precision not in ("f32", "bf16"):
         sys.exit(f"unknown precision {precision!r} (f32 or bf16)")
     trainable_layers, lora = cfg.get("trainable_layers"), cfg.get("lora")
-    if trainable_layers is not None and lora:
-        sys.exit("trainable_layers and lora are exclusive")
+    if trainable_layers is not None and lora and not lora.get("adapter"):
+        sys.exit("trainable_layers with lora needs the adapter saved by the trainer (its layers_to_transform)")
     # fp32 master weights either way; bf16 is compute only (autocast).
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(device)
-    if trainable_layers is not None:
+    # With LoRA, trainable_layers picked the adapted layers: the adapter's config lists them.
+    if trainable_layers is not None and not lora:
         freeze_below(model, trainable_layers)
     if lora:
         model = with_lora(model, lora)

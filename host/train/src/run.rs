@@ -400,10 +400,15 @@ macro_rules! run_config {
 }
 pub(crate) use run_config;
 
-/// The policy a run trains: with LoRA adapters (fresh, or the checkpoint's when resuming), or
-/// frozen below its `trainable_layers` (checked against the model before anything is written).
+/// The policy a run trains: with LoRA adapters (fresh, or the checkpoint's when resuming; on
+/// the top `trainable_layers` only, when set), or frozen below its `trainable_layers` (checked
+/// against the model before anything is written).
 pub(crate) fn trainable<C: RunConfig>(mut policy: Policy, config: &C) -> Result<Policy, TrainError> {
-    match (config.lora(), policy.lora()) {
+    let wanted = match (config.lora(), config.trainable_layers()) {
+        (Some(lora), Some(n)) => Some(lora.on_top_layers(n, policy.layer_count())?),
+        (lora, _) => lora.cloned(),
+    };
+    match (wanted.as_ref(), policy.lora()) {
         (Some(wanted), Some(has)) if wanted.normalized()? != has.normalized()? => {
             return Err(TrainError::Config(format!(
                 "the checkpoint's LoRA adapters ({has:?}) are not the ones configured ({wanted:?})"
@@ -415,7 +420,9 @@ pub(crate) fn trainable<C: RunConfig>(mut policy: Policy, config: &C) -> Result<
         }
         _ => {}
     }
-    policy.set_trainable_layers(config.trainable_layers())?;
+    if wanted.is_none() {
+        policy.set_trainable_layers(config.trainable_layers())?;
+    }
     Ok(policy)
 }
 

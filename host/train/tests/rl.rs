@@ -1046,6 +1046,7 @@ fn rl_with_lora_trains_the_adapters_against_the_base_as_reference() {
             alpha: 8.0,
             dropout: 0.0,
             target_modules: vec!["all-linear".into()],
+            layers_to_transform: None,
         });
     };
     let mut trainer = tiny_rl_with(&out, 2, false, probes::EVEN, lora).expect("prepare");

@@ -264,7 +264,13 @@ fn losses(run: &std::path::Path) -> Vec<f64> {
 fn lora_trains_the_adapters_alone_resumes_exactly_and_publishes_merged() {
     use toolsmith_policy::LoraConfig;
     let dir = tempfile::tempdir().expect("tempdir");
-    let lora = LoraConfig { rank: 4, alpha: 8.0, dropout: 0.0, target_modules: vec!["q_proj".into(), "v_proj".into()] };
+    let lora = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.0,
+        target_modules: vec!["q_proj".into(), "v_proj".into()],
+        layers_to_transform: None,
+    };
     let lora_config = SftConfig {
         lora: Some(lora.clone()),
         precision: "f32".into(),
@@ -276,10 +282,20 @@ fn lora_trains_the_adapters_alone_resumes_exactly_and_publishes_merged() {
     };
     // Settings that cannot work are refused before anything is written.
     let refused = dir.path().join("refused");
-    let err = sft::prepare(SftConfig { trainable_layers: Some(1), ..lora_config.clone() }, &refused, false, &tools)
-        .expect_err("lora and trainable_layers")
+    let both = LoraConfig { layers_to_transform: Some(vec![3]), ..lora.clone() };
+    let err = sft::prepare(
+        SftConfig { trainable_layers: Some(1), lora: Some(both), ..lora_config.clone() },
+        &refused,
+        false,
+        &tools,
+    )
+    .expect_err("layers picked twice")
+    .to_string();
+    assert!(err.contains("set one"), "{err}");
+    let err = sft::prepare(SftConfig { trainable_layers: Some(5), ..lora_config.clone() }, &refused, false, &tools)
+        .expect_err("more layers than the model has")
         .to_string();
-    assert!(err.contains("exclude"), "{err}");
+    assert!(err.contains("trainable_layers") && err.contains("4 layers"), "{err}");
     let bad = LoraConfig { target_modules: vec!["attn".into()], ..lora.clone() };
     let err = sft::prepare(SftConfig { lora: Some(bad), ..lora_config.clone() }, &refused, false, &tools)
         .expect_err("no such module")
@@ -340,6 +356,40 @@ fn lora_trains_the_adapters_alone_resumes_exactly_and_publishes_merged() {
     .expect_err("another rank")
     .to_string();
     assert!(err.contains("lora"), "{err}");
+}
+
+#[test]
+fn lora_with_trainable_layers_adapts_the_top_layers_alone() {
+    use toolsmith_policy::LoraConfig;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lora =
+        LoraConfig { dropout: 0.0, target_modules: vec!["q_proj".into(), "v_proj".into()], ..Default::default() };
+    let top = SftConfig {
+        lora: Some(lora),
+        trainable_layers: Some(1),
+        precision: "f32".into(),
+        lr: 1e-2,
+        steps: Some(2),
+        checkpoint_every: 100,
+        eval: None,
+        ..config()
+    };
+    let out = dir.path().join("top");
+    sft::prepare(top.clone(), &out, false, &tools).expect("prepare").run(&mut |_| {}).expect("trains");
+    let peft: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("final/adapter/adapter_config.json")).expect("adapter config"),
+    )
+    .expect("json");
+    assert_eq!(peft["layers_to_transform"], serde_json::json!([3]), "{peft}");
+    // Merged: the top layer's q_proj and v_proj moved, nothing else.
+    let start = weights_of(&sft::init_policy(&top, Default::default()).expect("tiny"));
+    let merged = weights(&out.join("final"));
+    for (name, w) in &start {
+        let moved = (w - &merged[name]).abs().max().double_value(&[]) > 0.0;
+        let adapted =
+            name == "model.layers.3.self_attn.q_proj.weight" || name == "model.layers.3.self_attn.v_proj.weight";
+        assert_eq!(moved, adapted, "{name}");
+    }
 }
 
 fn weights_of(policy: &toolsmith_policy::Policy) -> std::collections::BTreeMap<String, toolsmith_policy::tch::Tensor> {

@@ -212,12 +212,13 @@ pub struct RlConfig {
     pub keep_checkpoints: usize,
     /// Train only the top N decoder layers (and the final norm); the embeddings, the (tied) head
     /// and the layers below stay frozen, so each step computes gradients and keeps optimiser state
-    /// for those layers alone. `null` trains every weight. By default `null`.
+    /// for those layers alone. With `lora`, only those layers get adapters. `null` trains every
+    /// weight. By default `null`.
     pub trainable_layers: Option<usize>,
     /// Train LoRA adapters instead of the weights (the base stays frozen; with a KL penalty the
     /// base alone is the reference; the final policy has them merged, and `final/adapter` holds
-    /// them as PEFT saves them). Excludes `trainable_layers`. `null`: no adapters. By default
-    /// `null`.
+    /// them as PEFT saves them); on the top `trainable_layers` layers only when that is set. `null`:
+    /// no adapters. By default `null`.
     pub lora: Option<toolsmith_policy::LoraConfig>,
 }
 
@@ -432,8 +433,10 @@ impl RlConfig {
             return bad("trainable_layers must be at least 1 (null trains every weight)".into());
         }
         if let Some(lora) = &self.lora {
-            if self.trainable_layers.is_some() {
-                return Err(TrainError::Config("lora and trainable_layers exclude each other: pick one".into()));
+            if self.trainable_layers.is_some() && lora.layers_to_transform.is_some() {
+                return Err(TrainError::Config(
+                    "lora.layers_to_transform and trainable_layers both pick the adapted layers: set one".into(),
+                ));
             }
             lora.settings()?;
         }
