@@ -246,8 +246,13 @@ fn logits(policy: &Policy) -> tch::Tensor {
 /// A LoRA adapter on the base in `base`, with nonzero `B` (as after training), at `step`.
 fn adapted(base: &std::path::Path, step: u64) -> Policy {
     let mut policy = Policy::load(base, f32()).expect("base");
-    let config =
-        LoraConfig { rank: 4, alpha: 8.0, dropout: 0.0, target_modules: vec!["q_proj".into(), "v_proj".into()] };
+    let config = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.0,
+        target_modules: vec!["q_proj".into(), "v_proj".into()],
+        layers_to_transform: None,
+    };
     policy.add_lora(&config, 1).expect("lora");
     // Deterministic without libtorch's global generator, which tests running at once share.
     for (name, mut var) in policy.trained_variables() {

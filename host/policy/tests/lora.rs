@@ -202,7 +202,7 @@ fn adapters_on_chosen_layers_only_save_load_and_are_checked() {
     let mut top = config(4, &["q_proj", "down_proj"]);
     top.layers_to_transform = Some(vec![layers - 1, layers - 2]);
     policy.add_lora(&top, 1).expect("lora");
-    let trained: Vec<String> = policy.trained_variables().into_iter().map(|(n, _)| n).collect();
+    let trained: Vec<String> = policy.trained_variables().into_keys().collect();
     assert_eq!(trained.len(), 2 * 2 * 2, "{trained:?}");
     for name in &trained {
         let layer: usize = name.split('.').nth(2).and_then(|l| l.parse().ok()).expect("a layer");
