@@ -196,8 +196,18 @@ pub struct Policy {
 }
 
 /// The decoder layer a weight belongs to (`model.layers.N.` names), if any.
-fn layer_of(name: &str) -> Option<usize> {
+pub(crate) fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("model.layers.")?.split('.').next()?.parse().ok()
+}
+
+/// The lowest of the top `n` of `total` decoder layers; refused when `n` is 0 or above `total`.
+pub(crate) fn lowest_of_top(n: usize, total: usize) -> Result<usize, PolicyError> {
+    if n == 0 || n > total {
+        return Err(PolicyError::Config(format!(
+            "trainable_layers must be between 1 and the model's {total} layers, got {n}"
+        )));
+    }
+    Ok(total - n)
 }
 
 /// A process-wide counter, so that a policy swapped for another never reuses an identity.
@@ -272,15 +282,7 @@ impl Policy {
             };
         }
         let total = usize::try_from(self.model.spec().layers).unwrap_or(0);
-        let lowest = match layers {
-            None => None,
-            Some(n) if n == 0 || n > total => {
-                return Err(PolicyError::Config(format!(
-                    "trainable_layers must be between 1 and the model's {total} layers, got {n}"
-                )));
-            }
-            Some(n) => Some(total - n),
-        };
+        let lowest = layers.map(|n| lowest_of_top(n, total)).transpose()?;
         for (name, var) in self.vs.variables() {
             let trains = match lowest {
                 None => true,

@@ -326,9 +326,11 @@ pub struct LoraSettings {
 impl LoraSettings {
     /// Whether the linear layer `name` (`model.layers.N.<...>.module`) gets an adapter.
     fn adapts(&self, module: &str, name: &str) -> bool {
-        let layer = || name.strip_prefix("model.layers.")?.split('.').next()?.parse::<usize>().ok();
         self.modules.iter().any(|m| m == module)
-            && self.layers.as_ref().is_none_or(|ls| layer().is_some_and(|l| ls.binary_search(&l).is_ok()))
+            && self
+                .layers
+                .as_ref()
+                .is_none_or(|ls| crate::checkpoint::layer_of(name).is_some_and(|l| ls.binary_search(&l).is_ok()))
     }
 }
 

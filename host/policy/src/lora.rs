@@ -123,12 +123,8 @@ impl LoraConfig {
 
     /// These settings with adapters on the top `n` of a model's `layers` decoder layers only.
     pub fn on_top_layers(&self, n: usize, layers: usize) -> Result<Self, PolicyError> {
-        if n == 0 || n > layers {
-            return Err(PolicyError::Config(format!(
-                "trainable_layers must be between 1 and the model's {layers} layers, got {n}"
-            )));
-        }
-        Ok(Self { layers_to_transform: Some((layers - n..layers).collect()), ..self.clone() })
+        let lowest = crate::checkpoint::lowest_of_top(n, layers)?;
+        Ok(Self { layers_to_transform: Some((lowest..layers).collect()), ..self.clone() })
     }
 
     /// The same adaptation with `all-linear` spelled out, the modules in the model's order and

@@ -236,7 +236,7 @@ impl Unit for RlUnit {
         let all: Vec<&Group> = sampled.kept.iter().chain(&sampled.dropped).collect();
         let calls = self.count_calls(&all)?;
         let graph = self.learn_tools(iteration, &all)?;
-        let update = self.update(core, &mut examples)?;
+        let update = self.update(core, &examples)?;
         // And the update's activations, before the next rollouts.
         toolsmith_policy::memory::release_free_memory();
         let episodes: Vec<(&Trajectory, &Group)> =

@@ -142,12 +142,11 @@ impl RlUnit {
         Ok(())
     }
 
-    /// `epochs` optimiser steps on the examples, in [`longest_first`] order.
-    pub(super) fn update(&self, core: &mut Core, examples: &mut [Example]) -> Result<UpdateOutcome, TrainError> {
+    /// `epochs` optimiser steps on the examples, in the order given ([`longest_first`], as they
+    /// were scored).
+    pub(super) fn update(&self, core: &mut Core, examples: &[Example]) -> Result<UpdateOutcome, TrainError> {
         let c = &self.config;
         let iteration = core.state().step;
-        // A no-op after the trainer's own call; kept so that the update never depends on it.
-        longest_first(examples);
         let sequences: Vec<TokenSequence> = examples.iter().map(|e| e.sequence.tokens.clone()).collect();
         let trained: Vec<usize> =
             sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).collect();
