@@ -127,6 +127,37 @@ impl AttentionMask {
     }
 }
 
+/// Which cache columns a one-token decode step reads ([`Attention::decode_attention`]).
+#[derive(Debug)]
+struct DecodeKeys {
+    /// Columns read: the whole buffer when that costs at most a third more than copying the
+    /// filled part out of it (a non-contiguous view would send the GEMM down a slow path).
+    width: i64,
+    /// `[batch or 1, 1, 1, width]`, true where a column must not be attended (padding, and
+    /// columns not yet written); `None` when every column read is attended.
+    blocked: Option<Tensor>,
+}
+
+impl DecodeKeys {
+    fn new(mask: &AttentionMask, filled: i64, capacity: i64, device: Device) -> Self {
+        let width = if capacity <= 3 * filled { capacity } else { filled };
+        let blocked = match mask {
+            AttentionMask::Causal if width == filled => None,
+            AttentionMask::Causal => {
+                Some(Tensor::arange(width, (Kind::Int64, device)).ge(filled).view([1, 1, 1, width]))
+            }
+            // `[batch, 1, 1, filled]`, widened with blocked columns.
+            AttentionMask::Explicit(allowed) => {
+                let size = allowed.size();
+                let blocked = Tensor::ones([size[0], 1, 1, width], (Kind::Bool, device));
+                blocked.narrow(3, 0, filled).copy_(&allowed.logical_not());
+                Some(blocked)
+            }
+        };
+        Self { width, blocked }
+    }
+}
+
 /// Per-layer key/value buffers, allocated once for the longest sequence a generation may reach.
 #[derive(Debug)]
 pub struct KvCache {
@@ -234,6 +265,7 @@ impl Attention {
         sin: &Tensor,
         mask: &AttentionMask,
         cache: Option<(&mut (Tensor, Tensor), i64)>,
+        decode: Option<&DecodeKeys>,
         pass: Pass,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
@@ -247,20 +279,53 @@ impl Attention {
             Some(((k_buf, v_buf), past)) => {
                 k_buf.narrow(2, past, t).copy_(&k);
                 v_buf.narrow(2, past, t).copy_(&v);
-                (k_buf.narrow(2, 0, past + t), v_buf.narrow(2, 0, past + t))
+                match decode {
+                    Some(_) => (k_buf.shallow_clone(), v_buf.shallow_clone()),
+                    None => (k_buf.narrow(2, 0, past + t), v_buf.narrow(2, 0, past + t)),
+                }
             }
             None => (k, v),
         };
         let gqa = self.kv_heads != self.heads;
-        let y = match mask {
-            AttentionMask::Causal => {
-                Tensor::scaled_dot_product_attention(&q, &k, &v, None::<&Tensor>, 0.0, t > 1, None, gqa)
-            }
-            AttentionMask::Explicit(m) => {
-                Tensor::scaled_dot_product_attention(&q, &k, &v, Some(m), 0.0, false, None, gqa)
-            }
+        let y = match decode {
+            Some(keys) => self.decode_attention(&q, &k, &v, keys),
+            None => self.attention(&q, &k, &v, mask, t, gqa),
         };
         self.o_proj.forward(&y.transpose(1, 2).contiguous().view([b, t, self.heads * self.head_dim]), pass)
+    }
+
+    /// SDPA over `k`/`v` as the cache or the new tokens give them.
+    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &AttentionMask, t: i64, gqa: bool) -> Tensor {
+        match mask {
+            AttentionMask::Causal => {
+                Tensor::scaled_dot_product_attention(q, k, v, None::<&Tensor>, 0.0, t > 1, None, gqa)
+            }
+            AttentionMask::Explicit(m) => Tensor::scaled_dot_product_attention(q, k, v, Some(m), 0.0, false, None, gqa),
+        }
+    }
+
+    /// One query per row against the cache, as two batched products: each key/value head's
+    /// group of query heads is one `[group, head_dim] x [head_dim, width]` product over the
+    /// cache's first `keys.width` columns (contiguous, so the CPU's GEMM takes them as they are).
+    /// libtorch's CPU SDPA runs a one-row product per head and row instead, which in bf16 made
+    /// attention most of a decode step (see BENCHMARKS.md). Scores are rounded to the model's
+    /// precision before a float32 softmax, as `transformers`' eager attention does.
+    fn decode_attention(&self, q: &Tensor, k_buf: &Tensor, v_buf: &Tensor, keys: &DecodeKeys) -> Tensor {
+        let b = q.size()[0];
+        let (k, v) = if keys.width == k_buf.size()[2] {
+            (k_buf.shallow_clone(), v_buf.shallow_clone())
+        } else {
+            (k_buf.narrow(2, 0, keys.width).contiguous(), v_buf.narrow(2, 0, keys.width).contiguous())
+        };
+        let group = self.heads / self.kv_heads;
+        let q = q.reshape([b, self.kv_heads, group, self.head_dim]);
+        let scores = q.matmul(&k.transpose(-1, -2)).to_kind(Kind::Float) * (self.head_dim as f64).powf(-0.5);
+        let scores = match &keys.blocked {
+            Some(blocked) => scores.masked_fill(blocked, f64::NEG_INFINITY),
+            None => scores,
+        };
+        let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
+        probs.matmul(&v).reshape([b, self.heads, 1, self.head_dim])
     }
 }
 
@@ -503,10 +568,26 @@ impl Transformer {
             }
             _ => Pass { adapters: false, dropout: 0.0 },
         };
+        // A decode step on the CPU reads the cache through two batched products, not SDPA.
+        let t = input_ids.size()[1];
+        let decode = match &cache {
+            Some(c) if t == 1 && self.device() == Device::Cpu => {
+                Some(DecodeKeys::new(mask, past + 1, c.capacity, self.device()))
+            }
+            _ => None,
+        };
         let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
         for (i, block) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_mut().map(|c| (&mut c.layers[i], past));
-            let h = block.self_attn.forward(&block.input_layernorm.forward(&x), &cos, &sin, mask, layer_cache, pass);
+            let h = block.self_attn.forward(
+                &block.input_layernorm.forward(&x),
+                &cos,
+                &sin,
+                mask,
+                layer_cache,
+                decode.as_ref(),
+                pass,
+            );
             // Out of place: `+=` is an in-place add in tch, and the norm saved `x` for backward.
             let residual = &x + h;
             let h = block.mlp.forward(&block.post_attention_layernorm.forward(&residual), pass);

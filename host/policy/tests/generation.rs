@@ -27,8 +27,23 @@ fn kv_cache_decoding_matches_a_full_forward() {
     let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
     let _guard = tch::no_grad_guard();
     let full = model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None));
-    // Prefill half, then one token at a time through the cache.
-    let mut cache = model.new_cache(1, t);
+    // A cache as long as the sequence is read whole by each decode step (its unwritten columns
+    // masked); a much longer one has its filled columns copied out: both must agree.
+    for capacity in [t, 4 * t] {
+        let diff = (&full - cached_logits(model, &input, &positions, capacity)).abs().max().double_value(&[]);
+        assert!(diff < 1e-4, "cached decoding (capacity {capacity}) differs by {diff}");
+    }
+}
+
+/// Logits of `input` with half of it prefilled, then one token at a time through a cache.
+fn cached_logits(
+    model: &toolsmith_policy::decoder::Transformer,
+    input: &Tensor,
+    positions: &Tensor,
+    capacity: i64,
+) -> Tensor {
+    let t = input.size()[1];
+    let mut cache = model.new_cache(1, capacity);
     let half = t / 2;
     let mut steps = vec![model.logits(&model.forward(
         &input.narrow(1, 0, half),
@@ -45,9 +60,7 @@ fn kv_cache_decoding_matches_a_full_forward() {
         )));
     }
     assert_eq!(cache.len(), t);
-    let incremental = Tensor::cat(&steps, 1);
-    let diff = (full - incremental).abs().max().double_value(&[]);
-    assert!(diff < 1e-4, "cached decoding differs by {diff}");
+    Tensor::cat(&steps, 1)
 }
 
 #[test]
