@@ -179,6 +179,11 @@ impl KvCache {
         self.capacity
     }
 
+    /// Where the buffers live.
+    pub fn device(&self) -> Device {
+        self.layers.first().map_or(Device::Cpu, |(k, _)| k.device())
+    }
+
     /// The cache of rows `index` (int64, rows may repeat): sequences with the same prompt share
     /// one prefill.
     pub fn select_rows(&self, index: &Tensor) -> KvCache {

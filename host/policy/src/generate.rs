@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use crate::decoder::AttentionMask;
+use crate::decoder::{AttentionMask, KvCache};
 use crate::prefix::PrefixCache;
 use crate::sampling::{Sampler, SamplingParams, log_prob};
 use crate::{Policy, PolicyError};
@@ -249,7 +249,7 @@ impl Policy {
             row[cached_len - c..cached_len].fill(1);
             row[prompt_len as usize - s..].fill(1);
         }
-        let valid = Tensor::zeros([b, capacity], (Kind::Int64, device));
+        let mut valid = Tensor::zeros([b, capacity], (Kind::Int64, device));
         let prompt_valid = Tensor::from_slice(&prompt_valid_host).view([b, prompt_len]).to_device(device);
         valid.narrow(1, 0, prompt_len).copy_(&prompt_valid);
         let ids = Tensor::from_slice(&ids).view([b, suffix_len as i64]).to_device(device);
@@ -276,7 +276,7 @@ impl Policy {
             }
         }
         let started = Instant::now();
-        let (mut cache, mut logits) = if cached_len > 0 {
+        let (mut cache, logits) = if cached_len > 0 {
             let mut cache = model.new_cache(b, capacity);
             if let Some(store) = prefix.as_deref() {
                 for (i, r) in reuse.iter().enumerate() {
@@ -342,6 +342,8 @@ impl Policy {
         stats.prefill_secs = started.elapsed().as_secs_f64();
 
         let decode_started = Instant::now();
+        // Cache row `r` decodes sequence `live[r]`.
+        let mut live: Vec<usize> = (0..batch).collect();
         for step in 0..params.max_new_tokens {
             let mut feed = vec![pad; batch];
             let picks = if constraint.is_none() { sample_rows(&mut seqs, &rows) } else { Vec::new() };
@@ -400,9 +402,42 @@ impl Policy {
             if seqs.iter().all(|s| s.finish.is_some()) || step + 1 == params.max_new_tokens {
                 break;
             }
+            // A finished row would be decoded for nothing until the batch's last one ends: once a
+            // quarter of the rows have finished, running rows move into finished rows' slots
+            // (in place, so no second cache) and the batch narrows to the running ones.
+            let running = live.iter().filter(|&&i| seqs[i].finish.is_none()).count();
+            if running * 4 <= live.len() * 3 {
+                let finished = live.iter().enumerate().filter(|&(_, &i)| seqs[i].finish.is_some());
+                if let Some(store) = prefix.as_deref_mut() {
+                    for (r, &i) in finished.clone() {
+                        store_row(
+                            store,
+                            &cache,
+                            r as i64,
+                            &seqs[i],
+                            &prompt_valid_host[i * prompt_len as usize..],
+                            prompt_len,
+                        );
+                    }
+                }
+                let holes: Vec<usize> = finished.map(|(r, _)| r).filter(|&r| r < running).collect();
+                let movers: Vec<usize> = (running..live.len()).filter(|&r| seqs[live[r]].finish.is_none()).collect();
+                let mut order: Vec<i64> = (0..running as i64).collect();
+                for (hole, from) in holes.into_iter().zip(movers) {
+                    cache.copy_row(from as i64, hole as i64);
+                    order[hole] = from as i64;
+                    live[hole] = live[from];
+                }
+                live.truncate(running);
+                let order = Tensor::from_slice(&order).to_device(device);
+                valid = valid.index_select(0, &order);
+                next_pos = next_pos.index_select(0, &order);
+                cache = cache.rows_view(0, running as i64, cache.len());
+            }
             let column = prompt_len + step as i64;
             let _ = valid.narrow(1, column, 1).fill_(1);
-            let feed = Tensor::from_slice(&feed).view([b, 1]).to_device(device);
+            let feed: Vec<i64> = live.iter().map(|&i| feed[i]).collect();
+            let feed = Tensor::from_slice(&feed).view([live.len() as i64, 1]).to_device(device);
             let mask = if padded {
                 AttentionMask::with_padding(&valid.narrow(1, 0, column + 1), column, 1)
             } else {
@@ -410,22 +445,16 @@ impl Policy {
             };
             let hidden = model.forward(&feed, &next_pos.unsqueeze(1), &mask, Some(&mut cache));
             next_pos += 1;
-            logits = model.logits(&hidden.select(1, -1));
-            rows = logits_rows(&logits, vocab)?;
+            let logits = model.logits(&hidden.select(1, -1));
+            // Finished sequences keep their last rows: nothing reads them again.
+            for (&i, row) in live.iter().zip(logits_rows(&logits, vocab)?) {
+                rows[i] = row;
+            }
         }
         stats.decode_secs = decode_started.elapsed().as_secs_f64();
         if let Some(store) = prefix {
-            // Each row's prompt columns, then its outputs but the last (never fed back).
-            for (i, seq) in seqs.iter().enumerate() {
-                let fed = seq.output.len().saturating_sub(1);
-                let row = &prompt_valid_host[i * prompt_len as usize..(i + 1) * prompt_len as usize];
-                let columns: Vec<i64> = (0..prompt_len)
-                    .filter(|&c| row[c as usize] != 0)
-                    .chain(prompt_len..prompt_len + fed as i64)
-                    .collect();
-                let ids: Vec<i64> = seq.prompt.iter().chain(&seq.output[..fed]).copied().collect();
-                let columns = Tensor::from_slice(&columns).to_device(device);
-                store.insert(ids, cache.row_columns(i as i64, &columns));
+            for (r, &i) in live.iter().enumerate() {
+                store_row(store, &cache, r as i64, &seqs[i], &prompt_valid_host[i * prompt_len as usize..], prompt_len);
             }
         }
 
@@ -462,6 +491,25 @@ impl Policy {
 /// the machine's cores: the model's threads are idle meanwhile, and a batch's rows cost a pass
 /// over the vocabulary each. `None` for a finished row. Each row draws from its own generator,
 /// so the result does not depend on how rows are split.
+/// Puts sequence `seq`'s keys and values (cache row `row`) into the prefix store: its prompt's
+/// columns (`prompt_valid`, from its row of the prompt mask, nonzero where a real token is),
+/// then its outputs but the last (never fed back).
+fn store_row(
+    store: &mut PrefixCache,
+    cache: &KvCache,
+    row: i64,
+    seq: &Sequence,
+    prompt_valid: &[i64],
+    prompt_len: i64,
+) {
+    let fed = seq.output.len().saturating_sub(1);
+    let columns: Vec<i64> =
+        (0..prompt_len).filter(|&c| prompt_valid[c as usize] != 0).chain(prompt_len..prompt_len + fed as i64).collect();
+    let ids: Vec<i64> = seq.prompt.iter().chain(&seq.output[..fed]).copied().collect();
+    let columns = Tensor::from_slice(&columns).to_device(cache.device());
+    store.insert(ids, cache.row_columns(row, &columns));
+}
+
 fn sample_rows(seqs: &mut [Sequence], rows: &[Vec<f32>]) -> Vec<Option<(i64, f64)>> {
     // Below about a millisecond of work (a few rows of a large vocabulary) a thread costs more
     // than it saves.

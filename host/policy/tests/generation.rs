@@ -83,6 +83,56 @@ fn batched_generation_equals_one_prompt_at_a_time() {
 }
 
 #[test]
+fn rows_that_finish_early_leave_the_batch_and_change_no_draw() {
+    // Six episodes whose turns end at different steps (stop tokens taken from two of them), so
+    // the batch narrows to the running rows several times; their keys and values still reach
+    // the prefix cache, where each episode's next turn finds its whole first turn.
+    let policy = common::tiny(4);
+    let tokenizer = policy.tokenizer().clone();
+    let first: Vec<Vec<i64>> =
+        ["Where was Grace Hopper born?", "<plan>\nTask 1:", "hi", "What is 2 + 2?", "<think>", "ok"]
+            .iter()
+            .map(|t| tokenizer.encode(t).expect("encode"))
+            .collect();
+    let seeds = [3, 4, 5, 6, 7, 8];
+    let free = SamplingParams { max_new_tokens: 24, temperature: 1.0, ..SamplingParams::default() };
+    let (unstopped, _) = policy.generate_seeded(&first, &free, &seeds).expect("free");
+    let params =
+        SamplingParams { stop_token_ids: vec![unstopped[0].output_ids[3], unstopped[2].output_ids[9]], ..free.clone() };
+    let mut cache = PrefixCache::new(64 << 20);
+    let (turn1, _) = policy.generate_with_prefix(&first, &params, Some(&seeds), None, &mut cache).expect("turn 1");
+    let lengths: Vec<usize> = turn1.iter().map(|g| g.output_ids.len()).collect();
+    assert!(lengths.iter().filter(|&&n| n < 24).count() >= 2 && lengths.contains(&24), "{lengths:?}");
+    for (i, (g, prompt)) in turn1.iter().zip(&first).enumerate() {
+        let single = SamplingParams { seed: seeds[i], ..params.clone() };
+        let (alone, _) = policy.generate(std::slice::from_ref(prompt), &single, None).expect("single");
+        assert_eq!(g.output_ids, alone[0].output_ids, "episode {i}");
+        for (x, y) in g.logprobs.iter().zip(&alone[0].logprobs) {
+            assert!((x - y).abs() < 1e-4, "episode {i}: {x} vs {y}");
+        }
+    }
+    let second: Vec<Vec<i64>> = turn1
+        .iter()
+        .map(|g| {
+            [
+                g.prompt_ids.clone(),
+                g.output_ids.clone(),
+                tokenizer.encode("<observation>7</observation>").expect("encode"),
+            ]
+            .concat()
+        })
+        .collect();
+    let before = cache.stats();
+    let (cached, _) = policy.generate_with_prefix(&second, &params, Some(&seeds), None, &mut cache).expect("turn 2");
+    let (plain, _) = policy.generate_seeded(&second, &params, &seeds).expect("plain turn 2");
+    for (i, (a, b)) in cached.iter().zip(&plain).enumerate() {
+        assert_eq!(a.output_ids, b.output_ids, "episode {i}");
+    }
+    let expected: u64 = turn1.iter().map(|g| (g.prompt_ids.len() + g.output_ids.len() - 1) as u64).sum();
+    assert_eq!(cache.stats().reused_tokens - before.reused_tokens, expected);
+}
+
+#[test]
 fn shared_prompts_prefill_once_and_seeded_requests_draw_as_alone() {
     // A group: the same prompt four times (prefilled once, its cache rows copied) and another,
     // each request with a seed of its own.
