@@ -231,6 +231,15 @@ impl KvCache {
     }
 }
 
+/// One layer's part of a forward pass through the cache.
+struct LayerCache<'a> {
+    buffers: &'a mut (Tensor, Tensor),
+    /// Columns already filled.
+    past: i64,
+    /// Set for a one-token decode step on the CPU.
+    decode: Option<&'a DecodeKeys>,
+}
+
 #[derive(Debug)]
 struct Attention {
     q_proj: Linear,
@@ -269,8 +278,7 @@ impl Attention {
         cos: &Tensor,
         sin: &Tensor,
         mask: &AttentionMask,
-        cache: Option<(&mut (Tensor, Tensor), i64)>,
-        decode: Option<&DecodeKeys>,
+        cache: Option<LayerCache<'_>>,
         pass: Pass,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
@@ -280,8 +288,9 @@ impl Attention {
         let v = split(self.v_proj.forward(x, pass), self.kv_heads);
         let q = &q * cos + rotate_half(&q) * sin;
         let k = &k * cos + rotate_half(&k) * sin;
+        let decode = cache.as_ref().and_then(|c| c.decode);
         let (k, v) = match cache {
-            Some(((k_buf, v_buf), past)) => {
+            Some(LayerCache { buffers: (k_buf, v_buf), past, .. }) => {
                 k_buf.narrow(2, past, t).copy_(&k);
                 v_buf.narrow(2, past, t).copy_(&v);
                 match decode {
@@ -583,16 +592,9 @@ impl Transformer {
         };
         let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
         for (i, block) in self.layers.iter().enumerate() {
-            let layer_cache = cache.as_mut().map(|c| (&mut c.layers[i], past));
-            let h = block.self_attn.forward(
-                &block.input_layernorm.forward(&x),
-                &cos,
-                &sin,
-                mask,
-                layer_cache,
-                decode.as_ref(),
-                pass,
-            );
+            let layer_cache =
+                cache.as_mut().map(|c| LayerCache { buffers: &mut c.layers[i], past, decode: decode.as_ref() });
+            let h = block.self_attn.forward(&block.input_layernorm.forward(&x), &cos, &sin, mask, layer_cache, pass);
             // Out of place: `+=` is an in-place add in tch, and the norm saved `x` for backward.
             let residual = &x + h;
             let h = block.mlp.forward(&block.post_attention_layernorm.forward(&residual), pass);
