@@ -373,6 +373,33 @@ struct Block {
     mlp: Mlp,
 }
 
+impl Block {
+    fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &AttentionMask,
+        cache: Option<LayerCache<'_>>,
+        pass: Pass,
+    ) -> Tensor {
+        let h = self.self_attn.forward(&self.input_layernorm.forward(x), cos, sin, mask, cache, pass);
+        // Out of place: `+=` is an in-place add in tch, and the norm saved `x` for backward.
+        let residual = x + h;
+        let h = self.mlp.forward(&self.post_attention_layernorm.forward(&residual), pass);
+        &residual + h
+    }
+
+    /// Whether any weight of the layer takes gradients or carries an adapter.
+    fn trains(&self) -> bool {
+        let (a, m) = (&self.self_attn, &self.mlp);
+        [&self.input_layernorm.weight, &self.post_attention_layernorm.weight].iter().any(|w| w.requires_grad())
+            || [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &m.gate_proj, &m.up_proj, &m.down_proj].iter().any(|l| {
+                l.lora.is_some() || l.weight.requires_grad() || l.bias.as_ref().is_some_and(Tensor::requires_grad)
+            })
+    }
+}
+
 /// The decoder-only transformer.
 #[derive(Debug)]
 pub struct Transformer {
@@ -571,17 +598,9 @@ impl Transformer {
         mask: &AttentionMask,
         mut cache: Option<&mut KvCache>,
     ) -> Tensor {
-        let kind = self.kind();
-        let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq;
-        let angles = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1); // [b, 1, t, d]
-        let (cos, sin) = (angles.cos().to_kind(kind), angles.sin().to_kind(kind));
+        let (cos, sin) = self.rotary(positions);
         let past = cache.as_ref().map_or(0, |c| c.len);
-        let pass = match &self.lora {
-            Some(l) if l.enabled => {
-                Pass { adapters: true, dropout: if l.dropout > 0.0 && grad_enabled() { l.dropout } else { 0.0 } }
-            }
-            _ => Pass { adapters: false, dropout: 0.0 },
-        };
+        let pass = self.pass();
         // A decode step on the CPU reads the cache through two batched products, not SDPA.
         let t = input_ids.size()[1];
         let decode = match &cache {
@@ -594,16 +613,65 @@ impl Transformer {
         for (i, block) in self.layers.iter().enumerate() {
             let layer_cache =
                 cache.as_mut().map(|c| LayerCache { buffers: &mut c.layers[i], past, decode: decode.as_ref() });
-            let h = block.self_attn.forward(&block.input_layernorm.forward(&x), &cos, &sin, mask, layer_cache, pass);
-            // Out of place: `+=` is an in-place add in tch, and the norm saved `x` for backward.
-            let residual = &x + h;
-            let h = block.mlp.forward(&block.post_attention_layernorm.forward(&residual), pass);
-            x = &residual + h;
+            x = block.forward(&x, &cos, &sin, mask, layer_cache, pass);
         }
         if let Some(cache) = cache {
             cache.len = past + input_ids.size()[1];
         }
         self.norm.forward(&x)
+    }
+
+    /// The residual stream after the lowest `layers` decoder layers of a causal pass without a
+    /// cache, computed without gradients: where [`Transformer::forward_from`] continues. Meant
+    /// for layers that [`Transformer::frozen_layers`] counts, whose output no update changes.
+    pub fn lower_hidden(&self, input_ids: &Tensor, positions: &Tensor, layers: usize) -> Tensor {
+        tch::no_grad(|| {
+            let x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+            self.causal_layers(x, positions, 0..layers.min(self.layers.len()))
+        })
+    }
+
+    /// [`Transformer::forward`] of a causal pass without a cache, continued from `hidden`, the
+    /// residual stream after the lowest `from` layers ([`Transformer::lower_hidden`]).
+    pub fn forward_from(&self, hidden: &Tensor, positions: &Tensor, from: usize) -> Tensor {
+        let from = from.min(self.layers.len());
+        self.norm.forward(&self.causal_layers(hidden.shallow_clone(), positions, from..self.layers.len()))
+    }
+
+    fn causal_layers(&self, mut x: Tensor, positions: &Tensor, layers: std::ops::Range<usize>) -> Tensor {
+        let (cos, sin) = self.rotary(positions);
+        let pass = self.pass();
+        for block in &self.layers[layers] {
+            x = block.forward(&x, &cos, &sin, &AttentionMask::Causal, None, pass);
+        }
+        x
+    }
+
+    /// How many of the lowest decoder layers are frozen, with the embeddings below them: no
+    /// weight of theirs takes gradients and none carries an adapter, so their output for given
+    /// tokens stays the same while the rest trains. 0 when the embeddings train.
+    pub fn frozen_layers(&self) -> usize {
+        if self.embed_tokens.requires_grad() {
+            return 0;
+        }
+        self.layers.iter().take_while(|b| !b.trains()).count()
+    }
+
+    /// Rotary `cos` and `sin`, `[batch, 1, tokens, head_dim]`, for `positions` `[batch, tokens]`.
+    fn rotary(&self, positions: &Tensor) -> (Tensor, Tensor) {
+        let kind = self.kind();
+        let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq;
+        let angles = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
+        (angles.cos().to_kind(kind), angles.sin().to_kind(kind))
+    }
+
+    fn pass(&self) -> Pass {
+        match &self.lora {
+            Some(l) if l.enabled => {
+                Pass { adapters: true, dropout: if l.dropout > 0.0 && grad_enabled() { l.dropout } else { 0.0 } }
+            }
+            _ => Pass { adapters: false, dropout: 0.0 },
+        }
     }
 
     /// Logits over the vocabulary for hidden states `[.., hidden]`.

@@ -29,7 +29,7 @@ pub use generate::{Constraint, FinishReason, Generation, GenerationStats, TokenE
 pub use lora::{AdapterFiles, LoraConfig};
 pub use prefix::{PrefixCache, PrefixStats};
 pub use sampling::SamplingParams;
-pub use score::{ScoreOptions, TokenScores, TokenSequence};
+pub use score::{FrozenActivations, ScoreOptions, TokenScores, TokenSequence};
 pub use tch;
 pub use tokenizer::Tokenizer;
 

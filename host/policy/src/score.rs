@@ -79,6 +79,26 @@ impl TokenScores {
     }
 }
 
+/// Each micro-batch's output of the frozen lower layers, kept between passes over the same
+/// sequences by [`Policy::accumulate_gradients_reusing`] (tens of MB: one `[tokens, hidden]`
+/// tensor per micro-batch). Start a new one for other sequences.
+#[derive(Debug, Default)]
+pub struct FrozenActivations {
+    /// `(frozen layers, residual stream)` per micro-batch.
+    batches: Vec<Option<(usize, Tensor)>>,
+}
+
+impl FrozenActivations {
+    /// Micro-batches whose frozen layers' output is kept.
+    pub fn len(&self) -> usize {
+        self.batches.iter().flatten().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Groups consecutive sequences so that each group, padded to its longest member, holds at most
 /// `max_tokens` tokens (a sequence longer than that is a group of its own).
 pub fn micro_batches(sequences: &[TokenSequence], max_tokens: usize) -> Vec<Range<usize>> {
@@ -113,6 +133,17 @@ impl Policy {
     /// log-softmax over every position of a 49k-vocabulary micro-batch would be gigabytes, while
     /// the trained positions are a fraction of it. Other positions score 0 with mask 0.
     pub fn score_with(&self, sequences: &[TokenSequence], options: &ScoreOptions) -> Result<TokenScores, PolicyError> {
+        self.score_reusing(sequences, options, None)
+    }
+
+    /// [`Policy::score_with`], taking the frozen lower layers' output from `frozen` when it holds
+    /// this batch's, and putting it there when not.
+    fn score_reusing(
+        &self,
+        sequences: &[TokenSequence],
+        options: &ScoreOptions,
+        frozen: Option<&mut Option<(usize, Tensor)>>,
+    ) -> Result<TokenScores, PolicyError> {
         let model = self.model();
         let vocab = model.spec().vocab_size;
         let (b, t) = (sequences.len(), sequences.iter().map(|s| s.ids.len()).max().unwrap_or(0));
@@ -152,7 +183,17 @@ impl Policy {
         let ids = Tensor::from_slice(&ids).view([bi, ti]).to_device(device);
         let mask = Tensor::from_slice(&mask).view([bi, ti]).to_device(device);
         let positions = Tensor::arange(ti, (Kind::Int64, device)).unsqueeze(0).expand([bi, ti], true);
-        let hidden = model.forward(&ids, &positions, &AttentionMask::Causal, None);
+        let layers = model.frozen_layers();
+        let hidden = match frozen {
+            Some(slot) if layers > 0 => {
+                let lower = match slot {
+                    Some((n, h)) if *n == layers && h.size()[..2] == [bi, ti] => h.shallow_clone(),
+                    _ => slot.insert((layers, model.lower_hidden(&ids, &positions, layers))).1.shallow_clone(),
+                };
+                model.forward_from(&lower, &positions, layers)
+            }
+            _ => model.forward(&ids, &positions, &AttentionMask::Causal, None),
+        };
         let zero = Tensor::zeros([bi, 1], (Kind::Float, device));
         let picked = Tensor::from_slice(&picked).to_device(device);
         // Position t-1 predicts token t.
@@ -190,11 +231,44 @@ impl Policy {
         sequences: &[TokenSequence],
         max_tokens: usize,
         options: &ScoreOptions,
+        loss: impl FnMut(&TokenScores, Range<usize>) -> Tensor,
+    ) -> Result<f64, PolicyError> {
+        self.accumulate(sequences, max_tokens, options, None, loss)
+    }
+
+    /// [`Policy::accumulate_gradients`] for passes over the same sequences (an RL update's
+    /// epochs): the first pass keeps each micro-batch's output of the frozen lower layers
+    /// ([`crate::decoder::Transformer::frozen_layers`]) in `frozen`, and later passes start from
+    /// it, running only the layers that train. Exact: the frozen layers' weights do not change
+    /// between passes, and the same computation gives the same values.
+    pub fn accumulate_gradients_reusing(
+        &self,
+        sequences: &[TokenSequence],
+        max_tokens: usize,
+        options: &ScoreOptions,
+        frozen: &mut FrozenActivations,
+        loss: impl FnMut(&TokenScores, Range<usize>) -> Tensor,
+    ) -> Result<f64, PolicyError> {
+        self.accumulate(sequences, max_tokens, options, Some(frozen), loss)
+    }
+
+    fn accumulate(
+        &self,
+        sequences: &[TokenSequence],
+        max_tokens: usize,
+        options: &ScoreOptions,
+        mut frozen: Option<&mut FrozenActivations>,
         mut loss: impl FnMut(&TokenScores, Range<usize>) -> Tensor,
     ) -> Result<f64, PolicyError> {
         let mut total = 0.0;
-        for range in micro_batches(sequences, max_tokens) {
-            let scores = self.score_with(&sequences[range.clone()], options)?;
+        for (i, range) in micro_batches(sequences, max_tokens).into_iter().enumerate() {
+            let slot = frozen.as_deref_mut().map(|f| {
+                if f.batches.len() <= i {
+                    f.batches.resize_with(i + 1, || None);
+                }
+                &mut f.batches[i]
+            });
+            let scores = self.score_reusing(&sequences[range.clone()], options, slot)?;
             let value = loss(&scores, range);
             value.f_backward().map_err(PolicyError::Torch)?;
             total += value.f_double_value(&[]).map_err(PolicyError::Torch)?;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use tch::{Kind, Tensor};
 use toolsmith_policy::decoder::AttentionMask;
 use toolsmith_policy::sampling::{Sampler, distribution};
-use toolsmith_policy::{FinishReason, PrefixCache, SamplingParams, TokenEvent};
+use toolsmith_policy::{FinishReason, Generation, PrefixCache, SamplingParams, TokenEvent};
 
 fn prompts(policy: &toolsmith_policy::Policy) -> Vec<Vec<i64>> {
     ["<|im_start|>user\nWhere was Grace Hopper born?<|im_end|>\n", "<plan>\nTask 1:", "hi"]
@@ -111,25 +111,45 @@ fn rows_that_finish_early_leave_the_batch_and_change_no_draw() {
             assert!((x - y).abs() < 1e-4, "episode {i}: {x} vs {y}");
         }
     }
-    let second: Vec<Vec<i64>> = turn1
-        .iter()
-        .map(|g| {
-            [
-                g.prompt_ids.clone(),
-                g.output_ids.clone(),
-                tokenizer.encode("<observation>7</observation>").expect("encode"),
-            ]
-            .concat()
-        })
-        .collect();
     let before = cache.stats();
-    let (cached, _) = policy.generate_with_prefix(&second, &params, Some(&seeds), None, &mut cache).expect("turn 2");
-    let (plain, _) = policy.generate_seeded(&second, &params, &seeds).expect("plain turn 2");
-    for (i, (a, b)) in cached.iter().zip(&plain).enumerate() {
-        assert_eq!(a.output_ids, b.output_ids, "episode {i}");
-    }
+    next_turn_with_and_without_cache(
+        &policy,
+        &mut cache,
+        &turn1,
+        &["<observation>7</observation>"; 6],
+        &params,
+        &seeds,
+    );
     let expected: u64 = turn1.iter().map(|g| (g.prompt_ids.len() + g.output_ids.len() - 1) as u64).sum();
     assert_eq!(cache.stats().reused_tokens - before.reused_tokens, expected);
+}
+
+/// Each episode's next turn (its first turn's prompt and output, then its observation) decoded
+/// with `cache` and without: the draws must agree. Returns the prompts and the uncached turn.
+fn next_turn_with_and_without_cache(
+    policy: &toolsmith_policy::Policy,
+    cache: &mut PrefixCache,
+    turn1: &[Generation],
+    observations: &[&str],
+    params: &SamplingParams,
+    seeds: &[u64],
+) -> (Vec<Vec<i64>>, Vec<Generation>) {
+    let tokenizer = policy.tokenizer();
+    let second: Vec<Vec<i64>> = turn1
+        .iter()
+        .zip(observations)
+        .map(|(g, o)| [g.prompt_ids.clone(), g.output_ids.clone(), tokenizer.encode(o).expect("encode")].concat())
+        .collect();
+    let (cached, _) = policy.generate_with_prefix(&second, params, Some(seeds), None, cache).expect("turn 2");
+    let (plain, _) = policy.generate_seeded(&second, params, seeds).expect("plain turn 2");
+    for (i, (a, b)) in cached.iter().zip(&plain).enumerate() {
+        assert_eq!(a.output_ids, b.output_ids, "episode {i}");
+        assert_eq!(a.prompt_ids, second[i]);
+        for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
+            assert!((x - y).abs() < 1e-4, "episode {i}: {x} vs {y}");
+        }
+    }
+    (second, plain)
 }
 
 #[test]
@@ -163,7 +183,6 @@ fn a_prefix_cache_prefills_only_new_tokens_and_changes_no_draw() {
     // observation (one by the same length, so that rows are padded differently), decoded as one
     // batch with and without the cache.
     let mut policy = common::tiny(4);
-    let tokenizer = policy.tokenizer().clone();
     let first = prompts(&policy);
     let params = SamplingParams { max_new_tokens: 10, temperature: 1.0, ..SamplingParams::default() };
     let seeds = [7, 8, 9];
@@ -177,21 +196,8 @@ fn a_prefix_cache_prefills_only_new_tokens_and_changes_no_draw() {
     assert_eq!(cache.stats().reused_tokens, 0);
 
     let observations = ["<observation>42</observation>", "<observation>Arlington, Virginia</observation>", "ok"];
-    let second: Vec<Vec<i64>> = turn1
-        .iter()
-        .zip(observations)
-        .map(|(g, o)| [g.prompt_ids.clone(), g.output_ids.clone(), tokenizer.encode(o).expect("encode")].concat())
-        .collect();
     let before = cache.stats();
-    let (cached, _) = policy.generate_with_prefix(&second, &params, Some(&seeds), None, &mut cache).expect("turn 2");
-    let (plain, _) = policy.generate_seeded(&second, &params, &seeds).expect("plain turn 2");
-    for (i, (a, b)) in cached.iter().zip(&plain).enumerate() {
-        assert_eq!(a.output_ids, b.output_ids, "episode {i}");
-        assert_eq!(a.prompt_ids, second[i]);
-        for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
-            assert!((x - y).abs() < 1e-4, "episode {i}: {x} vs {y}");
-        }
-    }
+    let (second, plain) = next_turn_with_and_without_cache(&policy, &mut cache, &turn1, &observations, &params, &seeds);
     // Every turn-2 prompt reused its whole turn 1 but the last sampled token.
     let expected: u64 = turn1.iter().map(|g| (g.prompt_ids.len() + g.output_ids.len() - 1) as u64).sum();
     let stats = cache.stats();

@@ -5,9 +5,9 @@ mod common;
 
 use tch::nn::OptimizerConfig;
 use tch::{Kind, Tensor};
-use toolsmith_policy::TokenSequence;
 use toolsmith_policy::decoder::AttentionMask;
 use toolsmith_policy::score::micro_batches;
+use toolsmith_policy::{FrozenActivations, TokenSequence};
 
 fn sequences(policy: &toolsmith_policy::Policy) -> Vec<TokenSequence> {
     let enc = |t: &str| policy.tokenizer().encode(t).expect("encode");
@@ -107,6 +107,56 @@ fn micro_batches_accumulate_the_same_gradients() {
         let diff = (a - b).abs().max().double_value(&[]);
         assert!(diff < 1e-5, "gradient differs by {diff}");
     }
+}
+
+#[test]
+fn passes_over_the_same_sequences_reuse_the_frozen_layers_exactly() {
+    let mut policy = common::tiny(23);
+    let layers = usize::try_from(policy.model().spec().layers).expect("layers");
+    assert_eq!(policy.model().frozen_layers(), 0);
+    policy.set_trainable_layers(Some(1)).expect("top layer");
+    assert_eq!(policy.model().frozen_layers(), layers - 1);
+    let seqs = sequences(&policy);
+    let loss = |scores: &toolsmith_policy::TokenScores, _range: std::ops::Range<usize>| {
+        -(&scores.logprobs * &scores.mask).sum(Kind::Float)
+    };
+    let pass = |policy: &toolsmith_policy::Policy, frozen: Option<&mut FrozenActivations>| {
+        policy.var_store().trainable_variables().iter_mut().for_each(|v| v.zero_grad());
+        let value = match frozen {
+            Some(f) => policy.accumulate_gradients_reusing(&seqs, 30, &Default::default(), f, loss),
+            None => policy.accumulate_gradients(&seqs, 30, &Default::default(), loss),
+        }
+        .expect("pass");
+        let grads: Vec<Tensor> = policy
+            .var_store()
+            .trainable_variables()
+            .iter()
+            .filter(|v| v.requires_grad())
+            .map(|v| v.grad().copy())
+            .collect();
+        assert!(!grads.is_empty());
+        (value, grads)
+    };
+    let same = |(a, ga): &(f64, Vec<Tensor>), (b, gb): &(f64, Vec<Tensor>)| {
+        assert!((a - b).abs() < 1e-6, "loss {a} vs {b}");
+        for (x, y) in ga.iter().zip(gb) {
+            let diff = (x - y).abs().max().double_value(&[]);
+            assert!(diff < 1e-6, "gradient differs by {diff}");
+        }
+    };
+    let mut frozen = FrozenActivations::default();
+    let first = pass(&policy, Some(&mut frozen));
+    assert_eq!(frozen.len(), micro_batches(&seqs, 30).len());
+    same(&first, &pass(&policy, None));
+    // The trained layer moves (an epoch's step); the kept lower layers' output still holds.
+    tch::no_grad(|| {
+        for mut v in policy.var_store().trainable_variables().into_iter().filter(Tensor::requires_grad) {
+            let _ = v.g_add_(&(v.randn_like() * 0.05));
+        }
+    });
+    let second = pass(&policy, Some(&mut frozen));
+    assert!((second.0 - first.0).abs() > 1e-4, "the step changed nothing");
+    same(&second, &pass(&policy, None));
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use toolsmith_agent::Trajectory;
 use toolsmith_policy::score::micro_batches;
 use toolsmith_policy::tch::{self, Kind, Tensor};
-use toolsmith_policy::{FinishReason, Policy, ScoreOptions, TokenSequence};
+use toolsmith_policy::{FinishReason, FrozenActivations, Policy, ScoreOptions, TokenSequence};
 
 use crate::TrainError;
 use crate::rl::config::OldLogprobs;
@@ -155,6 +155,8 @@ impl RlUnit {
         if sequences.is_empty() {
             return Ok(outcome);
         }
+        // The frozen lower layers' output is computed in the first epoch and reused by the others.
+        let mut frozen = FrozenActivations::default();
         for epoch in 0..c.epochs {
             outcome.lr = core.schedule().lr(iteration * c.epochs as u64 + epoch as u64);
             core.optimizer_mut().zero_grad();
@@ -162,40 +164,47 @@ impl RlUnit {
             let options = ScoreOptions::at(c.temperature).with_entropy(epoch == 0);
             let loss = {
                 let policy = core.lock();
-                policy.accumulate_gradients(&sequences, c.micro_batch_tokens, &options, |scores, range| {
-                    let t = scores.logprobs.size()[1];
-                    let device = scores.logprobs.device();
-                    let part = &examples[range.clone()];
-                    let rows = |pick: fn(&Example) -> &[f64]| padded_rows(part.iter().map(pick), t).to_device(device);
-                    let old = rows(|e| &e.old);
-                    let adv = rows(|e| &e.advantages);
-                    let reference =
-                        part[0].reference.is_some().then(|| rows(|e| e.reference.as_deref().unwrap_or_default()));
-                    let importance =
-                        part[0].importance.is_some().then(|| rows(|e| e.importance.as_deref().unwrap_or_default()));
-                    // One weight per sequence, broadcast over its tokens.
-                    let w = Tensor::from_slice(&weights[range.clone()])
-                        .to_kind(Kind::Float)
-                        .view([-1, 1])
-                        .to_device(device);
-                    let inputs = LossInputs {
-                        mask: &scores.mask,
-                        old_logprobs: &old,
-                        ref_logprobs: reference.as_ref(),
-                        advantages: &adv,
-                        weights: &w,
-                        importance: importance.as_ref(),
-                    };
-                    let (loss, s) = policy_loss(&scores.logprobs, &inputs, &c.loss);
-                    stats.add(&s);
-                    if let Some(e) = &scores.entropy {
-                        entropy_sum += (e.detach() * &scores.mask).sum(Kind::Float).double_value(&[]);
-                    }
-                    if !s.policy.is_finite() && failure.is_none() {
-                        failure = Some(s.policy);
-                    }
-                    loss
-                })?
+                policy.accumulate_gradients_reusing(
+                    &sequences,
+                    c.micro_batch_tokens,
+                    &options,
+                    &mut frozen,
+                    |scores, range| {
+                        let t = scores.logprobs.size()[1];
+                        let device = scores.logprobs.device();
+                        let part = &examples[range.clone()];
+                        let rows =
+                            |pick: fn(&Example) -> &[f64]| padded_rows(part.iter().map(pick), t).to_device(device);
+                        let old = rows(|e| &e.old);
+                        let adv = rows(|e| &e.advantages);
+                        let reference =
+                            part[0].reference.is_some().then(|| rows(|e| e.reference.as_deref().unwrap_or_default()));
+                        let importance =
+                            part[0].importance.is_some().then(|| rows(|e| e.importance.as_deref().unwrap_or_default()));
+                        // One weight per sequence, broadcast over its tokens.
+                        let w = Tensor::from_slice(&weights[range.clone()])
+                            .to_kind(Kind::Float)
+                            .view([-1, 1])
+                            .to_device(device);
+                        let inputs = LossInputs {
+                            mask: &scores.mask,
+                            old_logprobs: &old,
+                            ref_logprobs: reference.as_ref(),
+                            advantages: &adv,
+                            weights: &w,
+                            importance: importance.as_ref(),
+                        };
+                        let (loss, s) = policy_loss(&scores.logprobs, &inputs, &c.loss);
+                        stats.add(&s);
+                        if let Some(e) = &scores.entropy {
+                            entropy_sum += (e.detach() * &scores.mask).sum(Kind::Float).double_value(&[]);
+                        }
+                        if !s.policy.is_finite() && failure.is_none() {
+                            failure = Some(s.policy);
+                        }
+                        loss
+                    },
+                )?
             };
             outcome.grad_norm = core.apply(failure.unwrap_or(loss), c.max_grad_norm, outcome.lr)?;
             outcome.loss = loss;
