@@ -487,10 +487,6 @@ impl Policy {
     }
 }
 
-/// Each running row's next token and its log-prob ([`Sampler::next_scored`]), rows spread over
-/// the machine's cores: the model's threads are idle meanwhile, and a batch's rows cost a pass
-/// over the vocabulary each. `None` for a finished row. Each row draws from its own generator,
-/// so the result does not depend on how rows are split.
 /// Puts sequence `seq`'s keys and values (cache row `row`) into the prefix store: its prompt's
 /// columns (`prompt_valid`, from its row of the prompt mask, nonzero where a real token is),
 /// then its outputs but the last (never fed back).
@@ -510,6 +506,10 @@ fn store_row(
     store.insert(ids, cache.row_columns(row, &columns));
 }
 
+/// Each running row's next token and its log-prob ([`Sampler::next_scored`]), rows spread over
+/// the machine's cores: the model's threads are idle meanwhile, and a batch's rows cost a pass
+/// over the vocabulary each. `None` for a finished row. Each row draws from its own generator,
+/// so the result does not depend on how rows are split.
 fn sample_rows(seqs: &mut [Sequence], rows: &[Vec<f32>]) -> Vec<Option<(i64, f64)>> {
     // Below about a millisecond of work (a few rows of a large vocabulary) a thread costs more
     // than it saves.

@@ -183,7 +183,7 @@ impl Policy {
         let ids = Tensor::from_slice(&ids).view([bi, ti]).to_device(device);
         let mask = Tensor::from_slice(&mask).view([bi, ti]).to_device(device);
         let positions = Tensor::arange(ti, (Kind::Int64, device)).unsqueeze(0).expand([bi, ti], true);
-        let layers = model.frozen_layers();
+        let layers = if frozen.is_some() { model.frozen_layers() } else { 0 };
         let hidden = match frozen {
             Some(slot) if layers > 0 => {
                 let lower = match slot {
