@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -11,7 +12,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::PolicyError;
 use crate::config::ModelConfig;
-use crate::decoder::{Transformer, WeightInit};
+use crate::decoder::{FusedWeights, Transformer, WeightInit};
 use crate::lora::Adapter;
 use crate::tokenizer::{Tokenizer, tiny_tokenizer_config};
 
@@ -193,6 +194,8 @@ pub struct Policy {
     pub(crate) adapter: Option<Adapter>,
     /// The directory the weights were loaded from.
     pub(crate) source: Option<PathBuf>,
+    /// Generation's fused copies of the weights, with the [`Policy::weights_id`] they were made at.
+    fused: Mutex<Option<(u64, FusedWeights)>>,
 }
 
 /// The decoder layer a weight belongs to (`model.layers.N.` names), if any.
@@ -249,12 +252,28 @@ impl Policy {
             weights_id: next_weights_id(),
             adapter: None,
             source: None,
+            fused: Mutex::new(None),
         }
     }
 
     /// Records that the weights (or what the forward pass applies) changed.
     pub(crate) fn touch(&mut self) {
         self.weights_id = next_weights_id();
+        // The copies are stale now: free them until the next generation.
+        *self.fused.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Fused copies of the current weights for generation, made on first use after a change.
+    pub(crate) fn fused_weights(&self) -> FusedWeights {
+        let mut slot = self.fused.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*slot {
+            Some((id, fused)) if *id == self.weights_id => fused.shallow_clone(),
+            _ => {
+                let fused = self.model.fuse();
+                *slot = Some((self.weights_id, fused.shallow_clone()));
+                fused
+            }
+        }
     }
 
     /// Every variable an optimiser may train (those that take gradients): the base's and the

@@ -251,11 +251,70 @@ struct Attention {
     head_dim: i64,
 }
 
-fn rotate_half(x: &Tensor) -> Tensor {
-    let half = x.size()[x.dim() - 1] / 2;
-    let x1 = x.narrow(-1, 0, half);
-    let x2 = x.narrow(-1, half, half);
-    Tensor::cat(&[x2.neg(), x1], -1)
+/// Rotary position tables for one forward pass, `[batch, tokens, 1, head_dim]`.
+struct Rope {
+    cos: Tensor,
+    /// `sin` with its first half negated: `rotate_half(x) * sin` is `roll(x, half) * sin_signed`,
+    /// one roll instead of two slices, a negation and a concatenation (the same values).
+    sin_signed: Tensor,
+}
+
+impl Rope {
+    /// `x * cos + rotate_half(x) * sin` over the last dimension of `x` `[batch, tokens, heads, head_dim]`.
+    fn apply(&self, x: &Tensor) -> Tensor {
+        let half = x.size()[x.dim() - 1] / 2;
+        x * &self.cos + x.roll([half], [-1]) * &self.sin_signed
+    }
+}
+
+/// Inference copies of every layer's query, key and value weights as one matrix, and of its gate
+/// and up weights as another, with any enabled adapter folded in: a step then runs two products
+/// where it ran five (on 2 cores each product's dispatch and thread hand-off costs as much as a
+/// small one's arithmetic). Valid while the weights they were copied from are
+/// ([`crate::Policy::weights_id`]); [`Transformer::fuse`] makes them.
+#[derive(Debug)]
+pub struct FusedWeights {
+    layers: Vec<FusedLayer>,
+}
+
+impl FusedWeights {
+    /// Another handle to the same tensors.
+    pub fn shallow_clone(&self) -> Self {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| FusedLayer {
+                qkv: l.qkv.shallow_clone(),
+                qkv_bias: l.qkv_bias.as_ref().map(Tensor::shallow_clone),
+                gate_up: l.gate_up.shallow_clone(),
+                gate_up_bias: l.gate_up_bias.as_ref().map(Tensor::shallow_clone),
+            })
+            .collect();
+        Self { layers }
+    }
+}
+
+#[derive(Debug)]
+struct FusedLayer {
+    qkv: Tensor,
+    qkv_bias: Option<Tensor>,
+    gate_up: Tensor,
+    gate_up_bias: Option<Tensor>,
+}
+
+impl FusedLayer {
+    fn new(block: &Block, pass: Pass) -> Self {
+        let weight = |l: &Linear| if pass.adapters { l.merged() } else { l.weight.shallow_clone() };
+        let fuse = |ls: &[&Linear]| {
+            let weights: Vec<Tensor> = ls.iter().map(|l| weight(l)).collect();
+            let biases: Option<Vec<Tensor>> = ls.iter().map(|l| l.bias.as_ref().map(Tensor::detach)).collect();
+            (Tensor::cat(&weights, 0).detach(), biases.map(|b| Tensor::cat(&b, 0)))
+        };
+        let (a, m) = (&block.self_attn, &block.mlp);
+        let (qkv, qkv_bias) = fuse(&[&a.q_proj, &a.k_proj, &a.v_proj]);
+        let (gate_up, gate_up_bias) = fuse(&[&m.gate_proj, &m.up_proj]);
+        Self { qkv, qkv_bias, gate_up, gate_up_bias }
+    }
 }
 
 impl Attention {
@@ -275,19 +334,28 @@ impl Attention {
     fn forward(
         &self,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        rope: &Rope,
         mask: &AttentionMask,
         cache: Option<LayerCache<'_>>,
         pass: Pass,
+        fused: Option<&FusedLayer>,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
-        let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
-        let q = split(self.q_proj.forward(x, pass), self.heads);
-        let k = split(self.k_proj.forward(x, pass), self.kv_heads);
-        let v = split(self.v_proj.forward(x, pass), self.kv_heads);
-        let q = &q * cos + rotate_half(&q) * sin;
-        let k = &k * cos + rotate_half(&k) * sin;
+        let (heads, kv_heads) = (self.heads, self.kv_heads);
+        // Queries, keys and values side by side, `[b, t, heads + 2 kv_heads, head_dim]`, so that
+        // the rotary positions apply to queries and keys at once.
+        let qkv = match fused {
+            Some(f) => x.linear(&f.qkv, f.qkv_bias.as_ref()),
+            None => Tensor::cat(
+                &[self.q_proj.forward(x, pass), self.k_proj.forward(x, pass), self.v_proj.forward(x, pass)],
+                -1,
+            ),
+        }
+        .view([b, t, heads + 2 * kv_heads, self.head_dim]);
+        let qk = rope.apply(&qkv.narrow(2, 0, heads + kv_heads));
+        let q = qk.narrow(2, 0, heads).transpose(1, 2);
+        let k = qk.narrow(2, heads, kv_heads).transpose(1, 2);
+        let v = qkv.narrow(2, heads + kv_heads, kv_heads).transpose(1, 2);
         let decode = cache.as_ref().and_then(|c| c.decode);
         let (k, v) = match cache {
             Some(LayerCache { buffers: (k_buf, v_buf), past, .. }) => {
@@ -300,12 +368,12 @@ impl Attention {
             }
             None => (k, v),
         };
-        let gqa = self.kv_heads != self.heads;
+        let gqa = kv_heads != heads;
         let y = match decode {
             Some(keys) => self.decode_attention(&q, &k, &v, keys),
             None => self.attention(&q, &k, &v, mask, t, gqa),
         };
-        self.o_proj.forward(&y.transpose(1, 2).contiguous().view([b, t, self.heads * self.head_dim]), pass)
+        self.o_proj.forward(&y.transpose(1, 2).reshape([b, t, heads * self.head_dim]), pass)
     }
 
     /// SDPA over `k`/`v` as the cache or the new tokens give them.
@@ -323,7 +391,7 @@ impl Attention {
     /// cache's first `keys.width` columns (contiguous, so the CPU's GEMM takes them as they are).
     /// libtorch's CPU SDPA runs a one-row product per head and row instead, which in bf16 made
     /// attention most of a decode step (see BENCHMARKS.md). Scores are rounded to the model's
-    /// precision before a float32 softmax, as `transformers`' eager attention does.
+    /// precision and scaled there before a float32 softmax, as `transformers`' eager attention does.
     fn decode_attention(&self, q: &Tensor, k_buf: &Tensor, v_buf: &Tensor, keys: &DecodeKeys) -> Tensor {
         let b = q.size()[0];
         let (k, v) = if keys.width == k_buf.size()[2] {
@@ -333,11 +401,11 @@ impl Attention {
         };
         let group = self.heads / self.kv_heads;
         let q = q.reshape([b, self.kv_heads, group, self.head_dim]);
-        let scores = q.matmul(&k.transpose(-1, -2)).to_kind(Kind::Float) * (self.head_dim as f64).powf(-0.5);
-        let scores = match &keys.blocked {
-            Some(blocked) => scores.masked_fill(blocked, f64::NEG_INFINITY),
-            None => scores,
-        };
+        let mut scores = q.matmul(&k.transpose(-1, -2));
+        let _ = scores.g_mul_scalar_(1.0 / (self.head_dim as f64).sqrt());
+        if let Some(blocked) = &keys.blocked {
+            let _ = scores.masked_fill_(blocked, f64::NEG_INFINITY);
+        }
         let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
         probs.matmul(&v).reshape([b, self.heads, 1, self.head_dim])
     }
@@ -360,8 +428,16 @@ impl Mlp {
         }
     }
 
-    fn forward(&self, x: &Tensor, pass: Pass) -> Tensor {
-        self.down_proj.forward(&(self.gate_proj.forward(x, pass).silu() * self.up_proj.forward(x, pass)), pass)
+    fn forward(&self, x: &Tensor, pass: Pass, fused: Option<&FusedLayer>) -> Tensor {
+        let (gate, up) = match fused {
+            Some(f) => {
+                let both = x.linear(&f.gate_up, f.gate_up_bias.as_ref());
+                let i = both.size()[both.dim() - 1] / 2;
+                (both.narrow(-1, 0, i), both.narrow(-1, i, i))
+            }
+            None => (self.gate_proj.forward(x, pass), self.up_proj.forward(x, pass)),
+        };
+        self.down_proj.forward(&(gate.silu() * up), pass)
     }
 }
 
@@ -377,16 +453,16 @@ impl Block {
     fn forward(
         &self,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        rope: &Rope,
         mask: &AttentionMask,
         cache: Option<LayerCache<'_>>,
         pass: Pass,
+        fused: Option<&FusedLayer>,
     ) -> Tensor {
-        let h = self.self_attn.forward(&self.input_layernorm.forward(x), cos, sin, mask, cache, pass);
+        let h = self.self_attn.forward(&self.input_layernorm.forward(x), rope, mask, cache, pass, fused);
         // Out of place: `+=` is an in-place add in tch, and the norm saved `x` for backward.
         let residual = x + h;
-        let h = self.mlp.forward(&self.post_attention_layernorm.forward(&residual), pass);
+        let h = self.mlp.forward(&self.post_attention_layernorm.forward(&residual), pass, fused);
         &residual + h
     }
 
@@ -596,9 +672,22 @@ impl Transformer {
         input_ids: &Tensor,
         positions: &Tensor,
         mask: &AttentionMask,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
     ) -> Tensor {
-        let (cos, sin) = self.rotary(positions);
+        self.forward_with(input_ids, positions, mask, cache, None)
+    }
+
+    /// [`Transformer::forward`] through [`FusedWeights`] (made by [`Transformer::fuse`] from
+    /// the current weights), for passes that take no gradients.
+    pub fn forward_with(
+        &self,
+        input_ids: &Tensor,
+        positions: &Tensor,
+        mask: &AttentionMask,
+        mut cache: Option<&mut KvCache>,
+        fused: Option<&FusedWeights>,
+    ) -> Tensor {
+        let rope = self.rotary(positions);
         let past = cache.as_ref().map_or(0, |c| c.len);
         let pass = self.pass();
         // A decode step on the CPU reads the cache through two batched products, not SDPA.
@@ -613,7 +702,7 @@ impl Transformer {
         for (i, block) in self.layers.iter().enumerate() {
             let layer_cache =
                 cache.as_mut().map(|c| LayerCache { buffers: &mut c.layers[i], past, decode: decode.as_ref() });
-            x = block.forward(&x, &cos, &sin, mask, layer_cache, pass);
+            x = block.forward(&x, &rope, mask, layer_cache, pass, fused.map(|f| &f.layers[i]));
         }
         if let Some(cache) = cache {
             cache.len = past + input_ids.size()[1];
@@ -639,10 +728,10 @@ impl Transformer {
     }
 
     fn causal_layers(&self, mut x: Tensor, positions: &Tensor, layers: std::ops::Range<usize>) -> Tensor {
-        let (cos, sin) = self.rotary(positions);
+        let rope = self.rotary(positions);
         let pass = self.pass();
         for block in &self.layers[layers] {
-            x = block.forward(&x, &cos, &sin, &AttentionMask::Causal, None, pass);
+            x = block.forward(&x, &rope, &AttentionMask::Causal, None, pass, None);
         }
         x
     }
@@ -657,12 +746,21 @@ impl Transformer {
         self.layers.iter().take_while(|b| !b.trains()).count()
     }
 
-    /// Rotary `cos` and `sin`, `[batch, 1, tokens, head_dim]`, for `positions` `[batch, tokens]`.
-    fn rotary(&self, positions: &Tensor) -> (Tensor, Tensor) {
+    /// Rotary tables for `positions` `[batch, tokens]`.
+    fn rotary(&self, positions: &Tensor) -> Rope {
         let kind = self.kind();
         let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq;
-        let angles = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
-        (angles.cos().to_kind(kind), angles.sin().to_kind(kind))
+        let cos = freqs.cos();
+        let sin = freqs.sin();
+        let table = |a: Tensor, b: Tensor| Tensor::cat(&[a, b], -1).unsqueeze(2).to_kind(kind);
+        Rope { cos: table(cos.shallow_clone(), cos), sin_signed: table(-&sin, sin) }
+    }
+
+    /// [`FusedWeights`] of the current weights, with the adapters as the next pass would apply
+    /// them.
+    pub fn fuse(&self) -> FusedWeights {
+        let pass = self.pass();
+        tch::no_grad(|| FusedWeights { layers: self.layers.iter().map(|b| FusedLayer::new(b, pass)).collect() })
     }
 
     fn pass(&self) -> Pass {

@@ -206,6 +206,8 @@ impl Policy {
             .collect();
         let longest_stop = params.stop_strings.iter().map(String::len).max().unwrap_or(0);
         let model = self.model();
+        let fused = self.fused_weights();
+        let fused = Some(&fused);
         let device = model.device();
         let b = batch as i64;
         // Prompts that share a long beginning (an environment's system prompt and tool listing:
@@ -307,18 +309,19 @@ impl Policy {
                     let past = prompt_len - n;
                     let mask = AttentionMask::with_padding(&prompt_valid.narrow(0, row, 1), past, n);
                     let mut view = cache.rows_view(row, 1, past);
-                    let hidden = model.forward(
+                    let hidden = model.forward_with(
                         &ids.narrow(0, row, 1).narrow(1, from, n),
                         &positions.narrow(0, row, 1).narrow(1, from, n),
                         &mask,
                         Some(&mut view),
+                        fused,
                     );
                     last.push(hidden.select(1, -1));
                 }
                 cache.set_len(prompt_len);
                 (cache, model.logits(&Tensor::cat(&last, 0)))
             } else {
-                let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
+                let hidden = model.forward_with(&ids, &positions, &mask, Some(&mut cache), fused);
                 (cache, model.logits(&hidden.select(1, -1)))
             }
         } else if first.len() < batch {
@@ -330,12 +333,12 @@ impl Policy {
                 AttentionMask::Causal
             };
             let mut cache = model.new_cache(first.len() as i64, capacity);
-            let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
+            let hidden = model.forward_with(&ids, &positions, &mask, Some(&mut cache), fused);
             let rows = Tensor::from_slice(&row_of).to_device(device);
             (cache.select_rows(&rows), model.logits(&hidden.select(1, -1)).index_select(0, &rows))
         } else {
             let mut cache = model.new_cache(b, capacity);
-            let hidden = model.forward(&ids, &positions, &mask, Some(&mut cache));
+            let hidden = model.forward_with(&ids, &positions, &mask, Some(&mut cache), fused);
             (cache, model.logits(&hidden.select(1, -1)))
         };
         let mut rows = logits_rows(&logits, vocab)?;
@@ -443,7 +446,7 @@ impl Policy {
             } else {
                 AttentionMask::Causal
             };
-            let hidden = model.forward(&feed, &next_pos.unsqueeze(1), &mask, Some(&mut cache));
+            let hidden = model.forward_with(&feed, &next_pos.unsqueeze(1), &mask, Some(&mut cache), fused);
             next_pos += 1;
             let logits = model.logits(&hidden.select(1, -1));
             // Finished sequences keep their last rows: nothing reads them again.

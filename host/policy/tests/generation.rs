@@ -28,11 +28,47 @@ fn kv_cache_decoding_matches_a_full_forward() {
     let _guard = tch::no_grad_guard();
     let full = model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None));
     // A cache as long as the sequence is read whole by each decode step (its unwritten columns
-    // masked); a much longer one has its filled columns copied out: both must agree.
-    for capacity in [t, 4 * t] {
-        let diff = (&full - cached_logits(model, &input, &positions, capacity)).abs().max().double_value(&[]);
-        assert!(diff < 1e-4, "cached decoding (capacity {capacity}) differs by {diff}");
+    // masked); a much longer one has its filled columns copied out: both must agree, through the
+    // layers' own weights and through generation's fused copies of them.
+    let fused = model.fuse();
+    for (capacity, fused) in [(t, None), (4 * t, None), (t, Some(&fused)), (4 * t, Some(&fused))] {
+        let diff = (&full - cached_logits(model, &input, &positions, capacity, fused)).abs().max().double_value(&[]);
+        assert!(diff < 1e-4, "cached decoding (capacity {capacity}, fused {}) differs by {diff}", fused.is_some());
     }
+}
+
+#[test]
+fn generation_follows_the_weights_after_they_change() {
+    let mut policy = common::tiny(3);
+    let prompt = prompts(&policy)[0].clone();
+    let params = SamplingParams::greedy(8);
+    let (before, _) = policy.generate(std::slice::from_ref(&prompt), &params, None).expect("before");
+    // New values for every weight that generation keeps a fused copy of.
+    tch::manual_seed(11);
+    tch::no_grad(|| {
+        for (name, mut weight) in policy.var_store_mut().variables() {
+            if ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"].iter().any(|m| name.contains(m)) {
+                weight.copy_(&(weight.randn_like() * 0.2));
+            }
+        }
+    });
+    let (after, _) = policy.generate(std::slice::from_ref(&prompt), &params, None).expect("after");
+    // Greedy decoding by full forward passes over the new weights, without a cache.
+    let model = policy.model();
+    let mut ids = prompt.clone();
+    let _guard = tch::no_grad_guard();
+    for _ in 0..params.max_new_tokens {
+        let t = ids.len() as i64;
+        let input = Tensor::from_slice(&ids).view([1, t]);
+        let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
+        let logits = model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None));
+        ids.push(logits.select(1, t - 1).argmax(-1, false).int64_value(&[0]));
+    }
+    assert_eq!(after[0].output_ids, ids[prompt.len()..], "generation used stale weights");
+    assert_ne!(
+        after[0].output_ids, before[0].output_ids,
+        "the change must alter the draw for this test to mean anything"
+    );
 }
 
 /// Logits of `input` with half of it prefilled, then one token at a time through a cache.
@@ -41,22 +77,25 @@ fn cached_logits(
     input: &Tensor,
     positions: &Tensor,
     capacity: i64,
+    fused: Option<&toolsmith_policy::decoder::FusedWeights>,
 ) -> Tensor {
     let t = input.size()[1];
     let mut cache = model.new_cache(1, capacity);
     let half = t / 2;
-    let mut steps = vec![model.logits(&model.forward(
+    let mut steps = vec![model.logits(&model.forward_with(
         &input.narrow(1, 0, half),
         &positions.narrow(1, 0, half),
         &AttentionMask::Causal,
         Some(&mut cache),
+        fused,
     ))];
     for i in half..t {
-        steps.push(model.logits(&model.forward(
+        steps.push(model.logits(&model.forward_with(
             &input.narrow(1, i, 1),
             &positions.narrow(1, i, 1),
             &AttentionMask::Causal,
             Some(&mut cache),
+            fused,
         )));
     }
     assert_eq!(cache.len(), t);
