@@ -100,6 +100,10 @@ pub struct RunArgs {
     /// alpha, dropout and target modules; by default alpha 2 x rank on every linear layer).
     #[arg(long, conflicts_with = "trainable_layers")]
     pub lora_rank: Option<i64>,
+    /// Gradient checkpointing: recompute each trained layer's activations in the backward pass
+    /// instead of keeping them (less memory, one more forward pass of the trained layers).
+    #[arg(long)]
+    pub gradient_checkpointing: bool,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,
@@ -154,6 +158,9 @@ macro_rules! apply_run_flags {
         }
         if run.trainable_layers.is_some() {
             $config.trainable_layers = run.trainable_layers;
+        }
+        if run.gradient_checkpointing {
+            $config.gradient_checkpointing = true;
         }
         if let Some(rank) = run.lora_rank {
             let lora = $config.lora.get_or_insert_with(|| toolsmith_policy::LoraConfig {

@@ -698,7 +698,7 @@ impl Transformer {
             }
             _ => None,
         };
-        let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+        let mut x = self.embed(input_ids);
         for (i, block) in self.layers.iter().enumerate() {
             let layer_cache =
                 cache.as_mut().map(|c| LayerCache { buffers: &mut c.layers[i], past, decode: decode.as_ref() });
@@ -714,10 +714,7 @@ impl Transformer {
     /// cache, computed without gradients: where [`Transformer::forward_from`] continues. Meant
     /// for layers that [`Transformer::frozen_layers`] counts, whose output no update changes.
     pub fn lower_hidden(&self, input_ids: &Tensor, positions: &Tensor, layers: usize) -> Tensor {
-        tch::no_grad(|| {
-            let x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
-            self.causal_layers(x, positions, 0..layers.min(self.layers.len()))
-        })
+        tch::no_grad(|| self.causal_layers(self.embed(input_ids), positions, 0..layers.min(self.layers.len())))
     }
 
     /// [`Transformer::forward`] of a causal pass without a cache, continued from `hidden`, the
@@ -725,6 +722,28 @@ impl Transformer {
     pub fn forward_from(&self, hidden: &Tensor, positions: &Tensor, from: usize) -> Tensor {
         let from = from.min(self.layers.len());
         self.norm.forward(&self.causal_layers(hidden.shallow_clone(), positions, from..self.layers.len()))
+    }
+
+    /// The token embeddings of `input_ids`: the residual stream entering the first layer.
+    pub fn embed(&self, input_ids: &Tensor) -> Tensor {
+        Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false)
+    }
+
+    /// Decoder layers `layers` of a causal pass without a cache over the residual stream
+    /// `hidden` (no final norm): for passes that recompute one layer at a time.
+    pub fn run_layers(&self, hidden: &Tensor, positions: &Tensor, layers: std::ops::Range<usize>) -> Tensor {
+        let layers = layers.start.min(self.layers.len())..layers.end.min(self.layers.len());
+        self.causal_layers(hidden.shallow_clone(), positions, layers)
+    }
+
+    /// The final norm over the residual stream after the last layer.
+    pub fn final_norm(&self, hidden: &Tensor) -> Tensor {
+        self.norm.forward(hidden)
+    }
+
+    /// Decoder layers.
+    pub fn layer_count(&self) -> usize {
+        self.layers.len()
     }
 
     fn causal_layers(&self, mut x: Tensor, positions: &Tensor, layers: std::ops::Range<usize>) -> Tensor {

@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use tch::{Kind, Tensor};
 
-use crate::decoder::AttentionMask;
+use crate::decoder::{AttentionMask, Transformer};
 use crate::{Policy, PolicyError};
 
 /// A token sequence and which of its tokens are trained on.
@@ -52,11 +52,17 @@ pub struct ScoreOptions {
     pub temperature: f64,
     /// Also compute the entropy of each scored position's distribution. By default false.
     pub entropy: bool,
+    /// Gradient checkpointing, for [`Policy::accumulate_gradients`]: the forward pass keeps only
+    /// each trained layer's input, and the backward pass recomputes one layer at a time, so the
+    /// activations of one layer are alive instead of all of them (one more forward pass of the
+    /// trained layers; the same gradients). Not with LoRA dropout, whose masks a recomputation
+    /// would draw anew. Plain scoring ignores it. By default false.
+    pub recompute: bool,
 }
 
 impl Default for ScoreOptions {
     fn default() -> Self {
-        ScoreOptions { temperature: 1.0, entropy: false }
+        ScoreOptions { temperature: 1.0, entropy: false, recompute: false }
     }
 }
 
@@ -69,6 +75,11 @@ impl ScoreOptions {
     /// At `temperature`.
     pub fn at(temperature: f64) -> Self {
         ScoreOptions { temperature, ..Self::default() }
+    }
+
+    /// With gradient checkpointing (see [`ScoreOptions::recompute`]).
+    pub fn recomputing(self, recompute: bool) -> Self {
+        ScoreOptions { recompute, ..self }
     }
 }
 
@@ -133,17 +144,19 @@ impl Policy {
     /// log-softmax over every position of a 49k-vocabulary micro-batch would be gigabytes, while
     /// the trained positions are a fraction of it. Other positions score 0 with mask 0.
     pub fn score_with(&self, sequences: &[TokenSequence], options: &ScoreOptions) -> Result<TokenScores, PolicyError> {
-        self.score_reusing(sequences, options, None)
+        let options = options.recomputing(false);
+        Ok(self.score_reusing(sequences, &options, None)?.0)
     }
 
     /// [`Policy::score_with`], taking the frozen lower layers' output from `frozen` when it holds
-    /// this batch's, and putting it there when not.
+    /// this batch's, and putting it there when not. With `options.recompute`, also what the
+    /// backward pass of the trained layers needs ([`Recompute::backward`], after the loss's).
     fn score_reusing(
         &self,
         sequences: &[TokenSequence],
         options: &ScoreOptions,
         frozen: Option<&mut Option<(usize, Tensor)>>,
-    ) -> Result<TokenScores, PolicyError> {
+    ) -> Result<(TokenScores, Option<Recompute>), PolicyError> {
         let model = self.model();
         let vocab = model.spec().vocab_size;
         let (b, t) = (sequences.len(), sequences.iter().map(|s| s.ids.len()).max().unwrap_or(0));
@@ -183,16 +196,22 @@ impl Policy {
         let ids = Tensor::from_slice(&ids).view([bi, ti]).to_device(device);
         let mask = Tensor::from_slice(&mask).view([bi, ti]).to_device(device);
         let positions = Tensor::arange(ti, (Kind::Int64, device)).unsqueeze(0).expand([bi, ti], true);
-        let layers = if frozen.is_some() { model.frozen_layers() } else { 0 };
-        let hidden = match frozen {
-            Some(slot) if layers > 0 => {
-                let lower = match slot {
-                    Some((n, h)) if *n == layers && h.size()[..2] == [bi, ti] => h.shallow_clone(),
-                    _ => slot.insert((layers, model.lower_hidden(&ids, &positions, layers))).1.shallow_clone(),
-                };
-                model.forward_from(&lower, &positions, layers)
+        let layers = if frozen.is_some() || options.recompute { model.frozen_layers() } else { 0 };
+        let lower = match frozen {
+            Some(slot) if layers > 0 => Some(match slot {
+                Some((n, h)) if *n == layers && h.size()[..2] == [bi, ti] => h.shallow_clone(),
+                _ => slot.insert((layers, model.lower_hidden(&ids, &positions, layers))).1.shallow_clone(),
+            }),
+            _ if layers > 0 => Some(model.lower_hidden(&ids, &positions, layers)),
+            _ => None,
+        };
+        let (hidden, recompute) = match lower {
+            _ if options.recompute => {
+                let (hidden, recompute) = Recompute::forward(model, &ids, &positions, lower, layers);
+                (hidden, Some(recompute))
             }
-            _ => model.forward(&ids, &positions, &AttentionMask::Causal, None),
+            Some(lower) => (model.forward_from(&lower, &positions, layers), None),
+            None => (model.forward(&ids, &positions, &AttentionMask::Causal, None), None),
         };
         let zero = Tensor::zeros([bi, 1], (Kind::Float, device));
         let picked = Tensor::from_slice(&picked).to_device(device);
@@ -218,7 +237,7 @@ impl Policy {
         let entropy = options
             .entropy
             .then(|| tch::no_grad(|| grid(&-(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float))));
-        Ok(TokenScores { logprobs, entropy, mask })
+        Ok((TokenScores { logprobs, entropy, mask }, recompute))
     }
 
     /// Runs `loss` over micro-batches of at most `max_tokens` padded tokens and back-propagates
@@ -268,11 +287,82 @@ impl Policy {
                 }
                 &mut f.batches[i]
             });
-            let scores = self.score_reusing(&sequences[range.clone()], options, slot)?;
+            let (scores, recompute) = self.score_reusing(&sequences[range.clone()], options, slot)?;
             let value = loss(&scores, range);
             value.f_backward().map_err(PolicyError::Torch)?;
+            if let Some(recompute) = recompute {
+                recompute.backward(self.model())?;
+            }
             total += value.f_double_value(&[]).map_err(PolicyError::Torch)?;
         }
         Ok(total)
+    }
+}
+
+/// What a gradient-checkpointed forward pass keeps ([`ScoreOptions::recompute`]): the input of
+/// each trained layer, computed without gradients, and the leaf the loss's gradient reaches.
+struct Recompute {
+    /// The token embeddings with their graph, when they train (their gradient comes last).
+    embedded: Option<Tensor>,
+    /// The first layer recomputed (the frozen ones below it never are).
+    first: usize,
+    /// The residual stream entering layers `first..`, without gradients.
+    inputs: Vec<Tensor>,
+    /// The residual stream after the last layer, a leaf: the final norm and head start from it.
+    top: Tensor,
+    positions: Tensor,
+}
+
+impl Recompute {
+    /// Runs layers `first..` without gradients from `lower` (the frozen layers' output) or from
+    /// the embeddings, keeping each layer's input; returns the final hidden states (with a graph
+    /// back to the top leaf only) and what [`Recompute::backward`] needs.
+    fn forward(
+        model: &Transformer,
+        ids: &Tensor,
+        positions: &Tensor,
+        lower: Option<Tensor>,
+        first: usize,
+    ) -> (Tensor, Recompute) {
+        let (embedded, mut x) = match lower {
+            Some(lower) => (None, lower),
+            None => {
+                let embedded = model.embed(ids);
+                let x = embedded.detach();
+                (embedded.requires_grad().then_some(embedded), x)
+            }
+        };
+        let mut inputs = Vec::with_capacity(model.layer_count().saturating_sub(first));
+        tch::no_grad(|| {
+            for layer in first..model.layer_count() {
+                let next = model.run_layers(&x, positions, layer..layer + 1);
+                inputs.push(std::mem::replace(&mut x, next));
+            }
+        });
+        let top = x.detach().set_requires_grad(true);
+        let hidden = model.final_norm(&top);
+        (hidden, Recompute { embedded, first, inputs, top, positions: positions.shallow_clone() })
+    }
+
+    /// Continues the backward pass from the top leaf down: each layer is run again from its
+    /// input, with gradients, and back-propagated with the gradient of its output (the sum of
+    /// output x gradient has exactly that gradient), which accumulates its weights' gradients and
+    /// gives its input's.
+    fn backward(self, model: &Transformer) -> Result<(), PolicyError> {
+        let mut grad = self.top.grad();
+        for (k, input) in self.inputs.iter().enumerate().rev() {
+            if !grad.defined() {
+                return Ok(());
+            }
+            let layer = self.first + k;
+            let leaf = input.detach().set_requires_grad(true);
+            let output = model.run_layers(&leaf, &self.positions, layer..layer + 1);
+            (output * &grad).sum(Kind::Float).f_backward().map_err(PolicyError::Torch)?;
+            grad = leaf.grad();
+        }
+        if let Some(embedded) = self.embedded.filter(|_| grad.defined()) {
+            (embedded * &grad).sum(Kind::Float).f_backward().map_err(PolicyError::Torch)?;
+        }
+        Ok(())
     }
 }

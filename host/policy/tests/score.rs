@@ -7,7 +7,7 @@ use tch::nn::OptimizerConfig;
 use tch::{Kind, Tensor};
 use toolsmith_policy::decoder::AttentionMask;
 use toolsmith_policy::score::micro_batches;
-use toolsmith_policy::{FrozenActivations, TokenSequence};
+use toolsmith_policy::{FrozenActivations, ScoreOptions, TokenSequence};
 
 fn sequences(policy: &toolsmith_policy::Policy) -> Vec<TokenSequence> {
     let enc = |t: &str| policy.tokenizer().encode(t).expect("encode");
@@ -157,6 +157,53 @@ fn passes_over_the_same_sequences_reuse_the_frozen_layers_exactly() {
     let second = pass(&policy, Some(&mut frozen));
     assert!((second.0 - first.0).abs() > 1e-4, "the step changed nothing");
     same(&second, &pass(&policy, None));
+}
+
+#[test]
+fn gradient_checkpointing_gives_the_same_loss_and_gradients() {
+    let loss = |scores: &toolsmith_policy::TokenScores, _range: std::ops::Range<usize>| {
+        -(&scores.logprobs * &scores.mask).sum(Kind::Float)
+    };
+    let pass = |policy: &toolsmith_policy::Policy, recompute: bool, frozen: Option<&mut FrozenActivations>| {
+        policy.var_store().trainable_variables().iter_mut().for_each(|v| v.zero_grad());
+        let seqs = sequences(policy);
+        let options = ScoreOptions::default().recomputing(recompute);
+        let value = match frozen {
+            Some(f) => policy.accumulate_gradients_reusing(&seqs, 30, &options, f, loss),
+            None => policy.accumulate_gradients(&seqs, 30, &options, loss),
+        }
+        .expect("pass");
+        let mut grads: Vec<(String, Tensor)> = policy
+            .var_store()
+            .variables()
+            .into_iter()
+            .filter(|(_, v)| v.requires_grad())
+            .map(|(name, v)| (name, v.grad().copy()))
+            .collect();
+        grads.sort_by(|a, b| a.0.cmp(&b.0));
+        (value, grads)
+    };
+    let same = |what: &str, (a, ga): &(f64, Vec<(String, Tensor)>), (b, gb): &(f64, Vec<(String, Tensor)>)| {
+        assert!((a - b).abs() < 1e-6, "{what}: loss {a} vs {b}");
+        assert_eq!(ga.len(), gb.len());
+        for ((name, x), (other, y)) in ga.iter().zip(gb) {
+            assert_eq!(name, other);
+            assert!(x.defined() && y.defined(), "{what}: {name} got no gradient");
+            assert!(x.abs().max().double_value(&[]) > 0.0 || name.contains("norm"), "{what}: {name}'s gradient is 0");
+            let diff = (x - y).abs().max().double_value(&[]);
+            assert!(diff < 1e-6, "{what}: {name}'s gradient differs by {diff}");
+        }
+    };
+    // Every weight trains, the embeddings (and the tied head) included.
+    let mut policy = common::tiny(24);
+    same("full", &pass(&policy, true, None), &pass(&policy, false, None));
+    // The top layer trains: the frozen ones are neither kept nor recomputed, and a second pass
+    // starts from their kept output.
+    policy.set_trainable_layers(Some(1)).expect("top layer");
+    let mut frozen = FrozenActivations::default();
+    let plain = pass(&policy, false, None);
+    same("top layer", &pass(&policy, true, Some(&mut frozen)), &plain);
+    same("top layer, second pass", &pass(&policy, true, Some(&mut frozen)), &plain);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //!   cargo bench -p toolsmith-train --bench sft [-- --threads N --steps S --rounds R]
 //!       [--init tiny|smollm2-135m|DIR] [--precision f32|bf16] [--trainable-layers N]
 //!       [--lora-rank R] [--batch-tokens T] [--micro-batch-tokens T] [--device cpu|cuda]
+//!       [--gradient-checkpointing]
 //!
 //! With LoRA both sides start from the same adapter (ours, saved as PEFT saves it), without
 //! dropout, so their losses can be compared.
@@ -60,6 +61,7 @@ fn main() {
         init: text("--init").unwrap_or(defaults.init.clone()),
         precision: text("--precision").unwrap_or_else(|| "f32".into()),
         trainable_layers: text("--trainable-layers").map(|n| n.parse().expect("a layer count")),
+        gradient_checkpointing: std::env::args().any(|a| a == "--gradient-checkpointing"),
         lora: lora.clone(),
         batch_tokens: arg("--batch-tokens", defaults.batch_tokens),
         micro_batch_tokens: arg("--micro-batch-tokens", defaults.micro_batch_tokens),
@@ -71,11 +73,12 @@ fn main() {
         ..defaults
     };
     println!(
-        "SFT step loop, {} on {} ({}, trainable_layers {:?}, lora rank {:?}), {threads} thread(s), {steps} steps of {} tokens, {rounds} rounds",
+        "SFT step loop, {} on {} ({}, trainable_layers {:?}, gradient checkpointing {}, lora rank {:?}), {threads} thread(s), {steps} steps of {} tokens, {rounds} rounds",
         config.init,
         config.device,
         config.precision,
         config.trainable_layers,
+        config.gradient_checkpointing,
         lora.as_ref().map(|l| l.rank),
         config.batch_tokens
     );
@@ -121,7 +124,7 @@ fn main() {
             "config": {"lr": config.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
                        "weight_decay": o.weight_decay, "max_grad_norm": config.max_grad_norm,
                        "precision": config.precision, "trainable_layers": config.trainable_layers,
-                       "lora": lora_json},
+                       "gradient_checkpointing": config.gradient_checkpointing, "lora": lora_json},
             "steps": plan,
         });
         let plan_path = dir.path().join("plan.json");

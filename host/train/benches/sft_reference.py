@@ -20,6 +20,8 @@ Optional keys of the plan's "config" (absent or null: full fp32 training, as bef
                                    layout), so both sides start from the same A; with
                                    "trainable_layers" as well, that adapter's layers_to_transform
                                    (the top N) say which layers are adapted.
+  "gradient_checkpointing": true   transformers' gradient checkpointing (non-reentrant), as the
+                                   trainer's recomputation of each layer in the backward pass.
 """
 import contextlib
 import json
@@ -72,6 +74,8 @@ def main():
         freeze_below(model, trainable_layers)
     if lora:
         model = with_lora(model, lora)
+    if cfg.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
     trainable = [p for p in model.parameters() if p.requires_grad]

@@ -81,15 +81,31 @@ pub struct SftConfig {
     /// them as PEFT saves them); on the top `trainable_layers` layers only when that is set. `null`:
     /// no adapters. By default `null`.
     pub lora: Option<toolsmith_policy::LoraConfig>,
+    /// Gradient checkpointing: the forward pass keeps only each trained layer's input and the
+    /// backward pass recomputes the layers one at a time, so a micro-batch holds one layer's
+    /// activations instead of every layer's, for one more forward pass of the trained layers
+    /// (the same gradients). Not with LoRA dropout. By default false.
+    pub gradient_checkpointing: bool,
 }
 
 // A resume may change how long the run is (`steps`, `epochs`; the learning-rate schedule is then
-// planned over the new length), how it is watched and where it runs; every other field defines
-// the run, and a resume that changes one is refused.
+// planned over the new length), how it is watched and where it runs, and whether it recomputes
+// activations (the same gradients); every other field defines the run, and a resume that changes
+// one is refused.
 crate::run::run_config!(
     SftConfig,
     "sft",
-    &["steps", "epochs", "eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device"]
+    &[
+        "steps",
+        "epochs",
+        "eval",
+        "eval_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "threads",
+        "device",
+        "gradient_checkpointing"
+    ]
 );
 
 impl Default for SftConfig {
@@ -119,6 +135,7 @@ impl Default for SftConfig {
             keep_checkpoints: 2,
             trainable_layers: None,
             lora: None,
+            gradient_checkpointing: false,
         }
     }
 }
@@ -325,6 +342,12 @@ impl SftConfig {
                 ));
             }
             lora.settings()?;
+            if self.gradient_checkpointing && lora.dropout > 0.0 {
+                return Err(TrainError::Config(
+                    "gradient_checkpointing needs lora.dropout = 0: a recomputed layer would draw other dropout masks"
+                        .into(),
+                ));
+            }
         }
         if !(self.first_turn_weight.is_finite() && self.first_turn_weight > 0.0) {
             return bad("first_turn_weight must be a positive number");

@@ -346,7 +346,7 @@ impl Unit for SftUnit {
             policy.accumulate_gradients(
                 &sequences,
                 self.config.micro_batch_tokens,
-                &ScoreOptions::default(),
+                &ScoreOptions::default().recomputing(self.config.gradient_checkpointing),
                 |scores, range| {
                     let nll = -(&scores.logprobs * &scores.mask);
                     let Some(weights) = &weights else { return nll.sum(Kind::Float) / denominator };

@@ -220,11 +220,17 @@ pub struct RlConfig {
     /// them as PEFT saves them); on the top `trainable_layers` layers only when that is set. `null`:
     /// no adapters. By default `null`.
     pub lora: Option<toolsmith_policy::LoraConfig>,
+    /// Gradient checkpointing: the forward pass keeps only each trained layer's input and the
+    /// backward pass recomputes the layers one at a time, so a micro-batch holds one layer's
+    /// activations instead of every layer's, for one more forward pass of the trained layers
+    /// (the same gradients). Not with LoRA dropout. By default false.
+    pub gradient_checkpointing: bool,
 }
 
 // A resume may change how long the run is (the learning-rate schedule is then planned over the new
 // length), how it is watched and where it runs (the engine's address, not how its log-probs are
-// used); every other field defines the run, and a resume that changes one is refused.
+// used), and whether it recomputes activations (the same gradients); every other field defines
+// the run, and a resume that changes one is refused.
 crate::run::run_config!(
     RlConfig,
     "rl",
@@ -239,6 +245,7 @@ crate::run::run_config!(
         "engine.url",
         "engine.model",
         "engine.api_key_env",
+        "gradient_checkpointing",
     ]
 );
 
@@ -298,6 +305,7 @@ impl RlConfig {
             keep_checkpoints: 2,
             trainable_layers: None,
             lora: None,
+            gradient_checkpointing: false,
         };
         (method.spec().defaults)(base)
     }
@@ -439,6 +447,12 @@ impl RlConfig {
                 ));
             }
             lora.settings()?;
+            if self.gradient_checkpointing && lora.dropout > 0.0 {
+                return Err(TrainError::Config(
+                    "gradient_checkpointing needs lora.dropout = 0: a recomputed layer would draw other dropout masks"
+                        .into(),
+                ));
+            }
         }
         if self.iterations == 0 || self.tasks_per_iteration == 0 || self.epochs == 0 {
             return bad("iterations, tasks_per_iteration and epochs must be positive".into());

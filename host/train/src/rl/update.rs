@@ -161,7 +161,8 @@ impl RlUnit {
             outcome.lr = core.schedule().lr(iteration * c.epochs as u64 + epoch as u64);
             core.optimizer_mut().zero_grad();
             let (mut stats, mut entropy_sum, mut failure) = (LossStats::default(), 0.0, None);
-            let options = ScoreOptions::at(c.temperature).with_entropy(epoch == 0);
+            let options =
+                ScoreOptions::at(c.temperature).with_entropy(epoch == 0).recomputing(c.gradient_checkpointing);
             let loss = {
                 let policy = core.lock();
                 policy.accumulate_gradients_reusing(
