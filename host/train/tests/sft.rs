@@ -113,6 +113,15 @@ fn the_held_out_world_must_not_be_a_training_world() {
 }
 
 #[test]
+fn gradient_checkpointing_with_lora_dropout_is_refused() {
+    let lora = |dropout| toolsmith_policy::LoraConfig { dropout, ..Default::default() };
+    let c = SftConfig { gradient_checkpointing: true, lora: Some(lora(0.05)), ..config() };
+    let err = c.validate().expect_err("dropout").to_string();
+    assert!(err.contains("gradient_checkpointing") && err.contains("dropout"), "{err}");
+    SftConfig { lora: Some(lora(0.0)), ..c }.validate().expect("without dropout");
+}
+
+#[test]
 fn unknown_config_keys_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("sft.toml");
