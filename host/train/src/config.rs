@@ -89,24 +89,9 @@ pub struct SftConfig {
 }
 
 // A resume may change how long the run is (`steps`, `epochs`; the learning-rate schedule is then
-// planned over the new length), how it is watched and where it runs, and whether it recomputes
-// activations (the same gradients); every other field defines the run, and a resume that changes
-// one is refused.
-crate::run::run_config!(
-    SftConfig,
-    "sft",
-    &[
-        "steps",
-        "epochs",
-        "eval",
-        "eval_every",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "threads",
-        "device",
-        "gradient_checkpointing"
-    ]
-);
+// planned over the new length), and what any run may change (`run::RESUMABLE_IN_ANY_RUN`); every
+// other field defines the run, and a resume that changes one is refused.
+crate::run::run_config!(SftConfig, "sft", &["steps", "epochs"]);
 
 impl Default for SftConfig {
     fn default() -> Self {

@@ -10,8 +10,8 @@
 //!
 //! A resumed run must be the run that was started: its kind, its data (by hash) and every
 //! run-defining setting must match the checkpoint's. Only the settings a run may legitimately
-//! change between sessions (its length, its evaluation and checkpoint cadence, threads and
-//! device: each config's `RESUMABLE`) are free; anything else is an error that names the
+//! change between sessions (its length, its evaluation and checkpoint cadence, threads, device
+//! and gradient checkpointing: each config's `RESUMABLE` and `RESUMABLE_IN_ANY_RUN`) are free; anything else is an error that names the
 //! fields, unless the caller resumes with [`Resume::AllowingChanges`], which is recorded in the
 //! metrics stream.
 
@@ -344,11 +344,16 @@ impl Core {
     }
 }
 
+/// The settings a resume of any run may change: how it is watched, where it runs, and whether it
+/// recomputes activations (the same gradients).
+pub(crate) const RESUMABLE_IN_ANY_RUN: &[&str] =
+    &["eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device", "gradient_checkpointing"];
+
 /// What the core needs to know of a run's settings (SFT's and RL's configs).
 pub(crate) trait RunConfig: Serialize + serde::de::DeserializeOwned {
     /// `sft` or `rl`.
     const KIND: &'static str;
-    /// The settings a resume may change.
+    /// The settings of this kind of run a resume may change, besides [`RESUMABLE_IN_ANY_RUN`].
     const RESUMABLE: &'static [&'static str];
     /// CPU threads for libtorch (0: its default).
     fn threads(&self) -> usize;
@@ -457,7 +462,7 @@ pub(crate) fn open<C: RunConfig>(out: &Path, resume: Resume, config: &C) -> Resu
 }
 
 /// Checks that a checkpoint's `state` belongs to a run of `C`'s kind with these settings: the
-/// fields outside `C::RESUMABLE` that differ are an error unless `resume` allows changes; they are
+/// fields outside `C::RESUMABLE` and [`RESUMABLE_IN_ANY_RUN`] that differ are an error unless `resume` allows changes; they are
 /// returned. The saved settings are read through `C` first, so a field this version added (absent
 /// from an older checkpoint) counts as its default, not as a change.
 fn check_settings<C: RunConfig>(
@@ -466,7 +471,8 @@ fn check_settings<C: RunConfig>(
     config: &Value,
     resume: Resume,
 ) -> Result<Vec<String>, TrainError> {
-    let (kind, resumable) = (C::KIND, C::RESUMABLE);
+    let kind = C::KIND;
+    let resumable: Vec<&str> = C::RESUMABLE.iter().chain(RESUMABLE_IN_ANY_RUN).copied().collect();
     if state.kind != kind {
         return Err(TrainError::checkpoint(
             dir,
@@ -477,7 +483,7 @@ fn check_settings<C: RunConfig>(
         .ok()
         .and_then(|c| serde_json::to_value(c).ok())
         .unwrap_or_else(|| state.config.clone());
-    let mut changed = changed_fields(&saved, config, resumable);
+    let mut changed = changed_fields(&saved, config, &resumable);
     // `device` may change, but with precision `auto` another device may be another precision
     // (bf16 on CUDA, f32 on a CPU without bf16), and the optimiser's state would not fit.
     let auto = |v: &Value| v.get("precision").and_then(Value::as_str) == Some("auto");

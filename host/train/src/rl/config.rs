@@ -228,26 +228,10 @@ pub struct RlConfig {
 }
 
 // A resume may change how long the run is (the learning-rate schedule is then planned over the new
-// length), how it is watched and where it runs (the engine's address, not how its log-probs are
-// used), and whether it recomputes activations (the same gradients); every other field defines
-// the run, and a resume that changes one is refused.
-crate::run::run_config!(
-    RlConfig,
-    "rl",
-    &[
-        "iterations",
-        "eval",
-        "eval_every",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "threads",
-        "device",
-        "engine.url",
-        "engine.model",
-        "engine.api_key_env",
-        "gradient_checkpointing",
-    ]
-);
+// length), where its engine runs (its address, not how its log-probs are used), and what any run
+// may change (`run::RESUMABLE_IN_ANY_RUN`); every other field defines the run, and a resume that
+// changes one is refused.
+crate::run::run_config!(RlConfig, "rl", &["iterations", "engine.url", "engine.model", "engine.api_key_env"]);
 
 impl Default for RlConfig {
     fn default() -> Self {
