@@ -21,12 +21,9 @@ fn prompts(policy: &toolsmith_policy::Policy) -> Vec<Vec<i64>> {
 fn kv_cache_decoding_matches_a_full_forward() {
     let policy = common::tiny(1);
     let model = policy.model();
-    let ids: Vec<i64> = policy.tokenizer().encode("<think>the tool graph grows</think><answer>").expect("encode");
-    let t = ids.len() as i64;
-    let input = Tensor::from_slice(&ids).view([1, t]);
-    let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
+    let (input, positions, full) = full_forward(&policy, "<think>the tool graph grows</think><answer>");
+    let t = input.size()[1];
     let _guard = tch::no_grad_guard();
-    let full = model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None));
     // A cache as long as the sequence is read whole by each decode step (its unwritten columns
     // masked); a much longer one has its filled columns copied out: both must agree, through the
     // layers' own weights and through generation's fused copies of them.
@@ -43,13 +40,9 @@ fn a_prefill_after_cached_columns_matches_a_full_forward() {
     // as a later turn's new tokens do.
     let policy = common::tiny(4);
     let model = policy.model();
-    let ids: Vec<i64> =
-        policy.tokenizer().encode("<plan>\nTask 1: search(query=\"Grace Hopper\")\n</plan>").expect("encode");
-    let t = ids.len() as i64;
-    let input = Tensor::from_slice(&ids).view([1, t]);
-    let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
+    let (input, positions, full) = full_forward(&policy, "<plan>\nTask 1: search(query=\"Grace Hopper\")\n</plan>");
+    let t = input.size()[1];
     let _guard = tch::no_grad_guard();
-    let full = model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None));
     let fused = model.fuse();
     let mut cache = model.new_cache(1, t + 8);
     let half = t / 2;
@@ -105,6 +98,17 @@ fn generation_follows_the_weights_after_they_change() {
         after[0].output_ids, before[0].output_ids,
         "the change must alter the draw for this test to mean anything"
     );
+}
+
+/// `text`'s ids `[1, t]`, their positions, and its logits from one forward pass without a cache.
+fn full_forward(policy: &toolsmith_policy::Policy, text: &str) -> (Tensor, Tensor, Tensor) {
+    let ids: Vec<i64> = policy.tokenizer().encode(text).expect("encode");
+    let t = ids.len() as i64;
+    let input = Tensor::from_slice(&ids).view([1, t]);
+    let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
+    let model = policy.model();
+    let full = tch::no_grad(|| model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None)));
+    (input, positions, full)
 }
 
 /// Logits of `input` with half of it prefilled, then one token at a time through a cache.
