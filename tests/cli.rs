@@ -389,13 +389,20 @@ fn eval_run_and_the_graph_learning_from_trajectories() {
     let dir = tempfile::tempdir().expect("tempdir");
     let registry = dir.path().join("registry.db");
     let run = |args: &[&str]| toolsmith_in(&registry, args);
+    // Several modes run side by side: one report each, keyed by mode.
+    let args =
+        ["eval", "--mode", "react", "--mode", "gap", "--mode", "mem", "--family", "multi_hop_parallel", "--json"];
+    let reports: Value = serde_json::from_str(&ok(&run(&args))).expect("one JSON object");
     for mode in ["react", "gap", "mem"] {
-        let out = ok(&run(&["eval", "--mode", mode, "--family", "multi_hop_parallel", "--json"]));
-        let report: Value = serde_json::from_str(&out).expect("one JSON object");
-        assert_eq!(report["mode"], mode);
+        let report = &reports[mode];
+        assert_eq!(report["mode"], mode, "{reports}");
         assert_eq!(report["overall"]["em"], 1.0, "{report}");
         assert_eq!(report["families"]["multi_hop_parallel"]["tasks"], 12);
     }
+    // Gap plans the parallel hops into fewer turns than react takes.
+    assert!(reports["gap"]["overall"]["turns"].as_f64() < reports["react"]["overall"]["turns"].as_f64(), "{reports}");
+    let twice = run(&["eval", "--mode", "gap", "--mode", "gap", "--limit", "1"]);
+    assert!(String::from_utf8_lossy(&twice.stderr).contains("given twice"), "{twice:?}");
     let table = ok(&run(&["eval", "--mode", "gap", "--limit", "5"]));
     assert!(table.contains("cost/pass") && table.contains("single_hop"), "{table}");
     // The same world's questions reworded are answered alike; they never become traces.
@@ -411,6 +418,8 @@ fn eval_run_and_the_graph_learning_from_trajectories() {
     let first: Value = serde_json::from_str(tasks.lines().next().expect("a task")).expect("json");
     let question = first["question"].as_str().expect("question");
     let trace = ok(&run(&["run", question, "--mode", "react"]));
+    let two = run(&["run", question, "--mode", "react", "--mode", "gap"]);
+    assert!(!two.status.success() && String::from_utf8_lossy(&two.stderr).contains("one mode"), "{two:?}");
     assert!(trace.contains("turn 1") && trace.contains("search(") && trace.contains("EM 1"), "{trace}");
 
     let out = run(&["eval", "--mode", "searl", "--family", "numeric", "--limit", "4", "--record", "run-1", "--admit"]);

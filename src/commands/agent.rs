@@ -13,7 +13,7 @@ use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOpt
 use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_agent::env::metrics::{exact_match, f1};
 use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
-use toolsmith_agent::eval::{evaluate, peak_by_objectives};
+use toolsmith_agent::eval::{evaluate_all, peak_by_objectives};
 use toolsmith_agent::graph::{RegistryRetriever, call_usage, record_candidates, record_plan};
 use toolsmith_agent::mcp::McpTools;
 use toolsmith_agent::tools::{Executor, LocalTools};
@@ -92,9 +92,10 @@ pub struct PolicyArgs {
     /// Environment variable holding the endpoint's API key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
-    /// react, gap, mem or searl.
-    #[arg(long, default_value = "gap")]
-    pub mode: String,
+    /// react, gap, mem or searl. `eval` takes it more than once and runs the modes side by side
+    /// (a local policy's turns of every mode decode in the same batches).
+    #[arg(long = "mode", default_value = "gap")]
+    pub modes: Vec<String>,
     /// Turn budget per task.
     #[arg(long, default_value_t = 12)]
     pub max_turns: usize,
@@ -283,7 +284,8 @@ pub fn load_policy(spec: &str) -> Result<Policy> {
     policy.with_context(|| format!("cannot load the policy in {spec}"))
 }
 
-/// The policy's backend for `episodes` agent loops running at once.
+/// The policy's backend for `episodes` agent loops running at once; the oracle answers `mode`'s
+/// traces.
 fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task], episodes: usize) -> Result<Arc<dyn Backend>> {
     let p = args.policy.as_str();
     if p == "oracle" {
@@ -300,17 +302,29 @@ fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task], episodes: usize) -> Re
     Ok(Arc::new(BatchedBackend::new(Arc::new(Mutex::new(policy)), p, batching)))
 }
 
-fn agent(
+type SharedRegistry = Arc<Mutex<toolsmith_registry::Registry>>;
+
+/// One agent per `--mode`, over the same tools and (but for the oracle, whose answers are a
+/// mode's) the same backend, so that a local policy is loaded once and batches every mode's turns.
+fn agents(
     env: &Env,
     runtime: &tokio::runtime::Runtime,
     args: &PolicyArgs,
     tasks: &[Task],
     corpus: Arc<Corpus>,
     episodes: usize,
-) -> Result<(Agent, Option<Arc<Mutex<toolsmith_registry::Registry>>>)> {
-    let Some(mode) = Mode::parse(&args.mode) else {
-        bail!("unknown mode `{}`: use react, gap, mem or searl", args.mode);
-    };
+) -> Result<(Vec<Agent>, Option<SharedRegistry>)> {
+    let mut modes: Vec<Mode> = Vec::with_capacity(args.modes.len());
+    for name in &args.modes {
+        let Some(mode) = Mode::parse(name) else {
+            bail!("unknown mode `{name}`: use react, gap, mem or searl");
+        };
+        if modes.contains(&mode) {
+            bail!("mode `{name}` is given twice");
+        }
+        modes.push(mode);
+    }
+    let Some(&first) = modes.first() else { bail!("no mode given") };
     let Some(tool_format) = ToolFormat::parse(&args.tool_format) else {
         bail!("unknown tool format `{}`: use compact, json or brief", args.tool_format);
     };
@@ -326,29 +340,36 @@ fn agent(
             Arc::new(LocalTools::new().with_corpus(corpus).with_toolbox(toolbox, limits))
         }
     };
-    let config = AgentConfig {
-        mode,
-        max_turns: args.max_turns,
-        generate: GenerateOptions {
-            max_tokens: args.max_tokens,
-            temperature: args.temperature,
-            ..GenerateOptions::default()
-        },
-        scheduler: Scheduler {
-            concurrency: args.concurrency.clamp(1, 1024),
-            timeout: Duration::from_millis(args.timeout_ms.saturating_add(1000)),
-        },
-        tool_format,
-        ..AgentConfig::default()
-    };
-    let mut agent = Agent::new(backend(args, mode, tasks, episodes)?, tools, config);
-    let mut registry = None;
-    if args.retrieve {
-        let r = open_registry(env)?;
-        agent = agent.with_retriever(Arc::new(RegistryRetriever::new(r.clone())));
-        registry = Some(r);
+    let registry = if args.retrieve { Some(open_registry(env)?) } else { None };
+    let shared = if args.policy == "oracle" { None } else { Some(backend(args, first, tasks, episodes)?) };
+    let mut agents = Vec::with_capacity(modes.len());
+    for mode in modes {
+        let config = AgentConfig {
+            mode,
+            max_turns: args.max_turns,
+            generate: GenerateOptions {
+                max_tokens: args.max_tokens,
+                temperature: args.temperature,
+                ..GenerateOptions::default()
+            },
+            scheduler: Scheduler {
+                concurrency: args.concurrency.clamp(1, 1024),
+                timeout: Duration::from_millis(args.timeout_ms.saturating_add(1000)),
+            },
+            tool_format,
+            ..AgentConfig::default()
+        };
+        let backend = match &shared {
+            Some(b) => b.clone(),
+            None => backend(args, mode, tasks, episodes)?,
+        };
+        let mut agent = Agent::new(backend, tools.clone(), config);
+        if let Some(r) = &registry {
+            agent = agent.with_retriever(Arc::new(RegistryRetriever::new(r.clone())));
+        }
+        agents.push(agent);
     }
-    Ok((agent, registry))
+    Ok((agents, registry))
 }
 
 /// The registry, with the host's search tool as a node of the graph: retrievable, and an end of
@@ -397,36 +418,38 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
         bail!("no tasks to evaluate");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
-    let (agent, mut registry) = agent(env, &runtime, &args.policy, &tasks, corpus, args.parallel)?;
+    let (agents, mut registry) = agents(env, &runtime, &args.policy, &tasks, corpus, args.parallel)?;
     if args.record.is_some() && registry.is_none() {
         registry = Some(open_registry(env)?);
     }
-    let bar = ProgressBar::new(tasks.len() as u64).with_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} tasks · {msg} · {elapsed} (eta {eta})")
+    let bar = ProgressBar::new((tasks.len() * agents.len()) as u64).with_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} episodes · {msg} · {elapsed} (eta {eta})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut solved = 0usize;
     let mut done = 0usize;
-    let report = runtime.block_on(evaluate(&agent, &tasks, args.parallel, |r| {
+    let agent_refs: Vec<&Agent> = agents.iter().collect();
+    let reports = runtime.block_on(evaluate_all(&agent_refs, &tasks, args.parallel, |r| {
         done += 1;
         solved += (r.em > 0.0) as usize;
         bar.set_message(format!("EM {:.3}", solved as f64 / done as f64));
         bar.inc(1);
     }));
     bar.finish_and_clear();
+    let results = || reports.iter().flat_map(|r| &r.results);
     // The evaluation stands even when its calls cannot be counted (a registry locked or too new).
-    if let Err(e) = record_usage(env, registry.as_ref(), report.results.iter().map(|r| (&r.trajectory, Some(r.em)))) {
+    if let Err(e) = record_usage(env, registry.as_ref(), results().map(|r| (&r.trajectory, Some(r.em)))) {
         tracing::warn!("the calls were not counted in the tool graph: {e:#}");
     }
     if let (Some(run), Some(registry)) = (&args.record, &registry) {
         let mut r = toolsmith_contract::sync::lock(registry);
         let mut candidates = 0;
-        for result in &report.results {
+        for result in results() {
             candidates += record_candidates(&mut r, run, 0, &result.id, &result.trajectory, result.em)?;
         }
         let admitted = if args.admit { r.register_best(run, 0)?.len() } else { 0 };
         let mut edges = std::collections::BTreeSet::new();
-        for result in &report.results {
+        for result in results() {
             edges.extend(record_plan(&mut r, &result.trajectory, result.em)?.edges);
         }
         let shown: Vec<String> = edges.iter().take(6).map(|(a, b)| format!("{a} -> {b}")).collect();
@@ -435,20 +458,35 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
             if shown.is_empty() { "none".to_string() } else { shown.join(", ") }
         );
     }
+    // One mode: its report as it is; several: an object keyed by mode.
+    let by_mode = |strip: bool| -> Result<serde_json::Value> {
+        let mut values = Vec::with_capacity(reports.len());
+        for report in &reports {
+            let mut report = report.clone();
+            if strip {
+                report.results.clear();
+            }
+            values.push((report.mode.name().to_string(), serde_json::to_value(&report)?));
+        }
+        Ok(match values.len() {
+            1 => values.pop().map(|(_, v)| v).unwrap_or_default(),
+            _ => serde_json::Value::Object(values.into_iter().collect()),
+        })
+    };
     if let Some(out) = &args.out {
-        let text = serde_json::to_string_pretty(&report)?;
+        let text = serde_json::to_string_pretty(&by_mode(false)?)?;
         std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))?;
     }
     if args.json {
-        let mut summary = report.clone();
-        summary.results.clear();
-        super::print_json(&summary)?;
+        super::print_json(&by_mode(true)?)?;
     } else {
-        print!("{}", report.table());
-        let peaks = peak_by_objectives(&report);
-        if peaks.len() > 1 {
-            let row: Vec<String> = peaks.iter().map(|(k, v)| format!("{k}: {v:.0}")).collect();
-            println!("peak tokens per step by objectives · {}", row.join(" · "));
+        for report in &reports {
+            print!("{}", report.table());
+            let peaks = peak_by_objectives(report);
+            if peaks.len() > 1 {
+                let row: Vec<String> = peaks.iter().map(|(k, v)| format!("{k}: {v:.0}")).collect();
+                println!("peak tokens per step by objectives · {}", row.join(" · "));
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -457,7 +495,11 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
 pub fn run(env: &Env, args: RunArgs) -> Result<ExitCode> {
     let (tasks, corpus) = load_env(&args.policy)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
-    let (agent, registry) = agent(env, &runtime, &args.policy, &tasks, corpus, 1)?;
+    if args.policy.modes.len() > 1 {
+        bail!("`run` answers in one mode: give --mode once");
+    }
+    let (agents, registry) = agents(env, &runtime, &args.policy, &tasks, corpus, 1)?;
+    let Some(agent) = agents.first() else { bail!("no mode given") };
     let trajectory = runtime.block_on(agent.run(&args.question));
     let reward = tasks
         .iter()

@@ -128,11 +128,27 @@ impl Report {
 }
 
 /// Runs `agent` on every task, `parallel` episodes at a time; `on_done` is called after each.
-pub async fn evaluate(agent: &Agent, tasks: &[Task], parallel: usize, mut on_done: impl FnMut(&TaskResult)) -> Report {
-    let mut results: Vec<(usize, TaskResult)> = Vec::with_capacity(tasks.len());
-    let mut stream = futures_util::stream::iter(tasks.iter().enumerate())
-        .map(|(i, task)| async move {
-            let trajectory = agent.run(&task.question).await;
+pub async fn evaluate(agent: &Agent, tasks: &[Task], parallel: usize, on_done: impl FnMut(&TaskResult)) -> Report {
+    let mut reports = evaluate_all(&[agent], tasks, parallel, on_done).await;
+    reports.pop().unwrap_or_else(|| report(agent, Vec::new()))
+}
+
+/// Runs each of `agents` (e.g. one per mode, over one batching backend) on every task, one
+/// report per agent, `parallel` episodes at a time in all. The episodes interleave (each task
+/// in every agent, then the next task), so the agents share one tail of a few long episodes
+/// instead of having one each: with a batching backend a tail decodes few rows a step, at
+/// nearly the cost of a full batch.
+pub async fn evaluate_all(
+    agents: &[&Agent],
+    tasks: &[Task],
+    parallel: usize,
+    mut on_done: impl FnMut(&TaskResult),
+) -> Vec<Report> {
+    let pairs = tasks.iter().enumerate().flat_map(|(i, task)| (0..agents.len()).map(move |a| (a, i, task)));
+    let mut results: Vec<Vec<(usize, TaskResult)>> = agents.iter().map(|_| Vec::with_capacity(tasks.len())).collect();
+    let mut stream = futures_util::stream::iter(pairs)
+        .map(|(a, i, task)| async move {
+            let trajectory = agents[a].run(&task.question).await;
             let answer = trajectory.answer.clone();
             let prediction = answer.clone().unwrap_or_default();
             let result = TaskResult {
@@ -144,15 +160,25 @@ pub async fn evaluate(agent: &Agent, tasks: &[Task], parallel: usize, mut on_don
                 answer,
                 trajectory,
             };
-            (i, result)
+            (a, i, result)
         })
         .buffer_unordered(parallel.max(1));
-    while let Some((i, r)) = stream.next().await {
+    while let Some((a, i, r)) = stream.next().await {
         on_done(&r);
-        results.push((i, r));
+        results[a].push((i, r));
     }
-    results.sort_by_key(|(i, _)| *i);
-    let results: Vec<TaskResult> = results.into_iter().map(|(_, r)| r).collect();
+    agents
+        .iter()
+        .zip(results)
+        .map(|(agent, mut results)| {
+            results.sort_by_key(|(i, _)| *i);
+            report(agent, results.into_iter().map(|(_, r)| r).collect())
+        })
+        .collect()
+}
+
+/// The figures of `agent`'s results, per family and overall.
+fn report(agent: &Agent, results: Vec<TaskResult>) -> Report {
     let mut families = BTreeMap::new();
     for family in results.iter().map(|r| r.family).collect::<std::collections::BTreeSet<_>>() {
         families.insert(family, Summary::of(results.iter().filter(|r| r.family == family)));

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use toolsmith_agent::env::{Corpus, Family, World, WorldConfig};
-use toolsmith_agent::eval::{Report, evaluate, peak_by_objectives};
+use toolsmith_agent::eval::{Report, evaluate, evaluate_all, peak_by_objectives};
 use toolsmith_agent::tools::LocalTools;
 use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle};
 use toolsmith_policy::Tokenizer;
@@ -22,6 +22,36 @@ async fn run(world: &World, mode: Mode) -> Report {
     let agent = Agent::new(oracle, tools, AgentConfig { mode, max_turns: 16, ..AgentConfig::default() });
     let tasks: Vec<_> = tasks.into_iter().filter(|t| t.family != Family::Numeric || mode != Mode::Searl).collect();
     evaluate(&agent, &tasks, 4, |_| {}).await
+}
+
+/// Modes run side by side report what each reports alone: the same tasks in the same order, the
+/// same answers and turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modes_evaluated_side_by_side_report_as_each_alone() {
+    let world = World::generate(WorldConfig::default());
+    let corpus = Arc::new(Corpus::new(&world.documents()).expect("corpus"));
+    let tasks: Vec<_> = world.tasks().into_iter().filter(|t| t.family != Family::Numeric).take(24).collect();
+    let tools = Arc::new(LocalTools::new().with_corpus(corpus));
+    let agent = |mode| {
+        let oracle = Arc::new(Oracle::new(&tasks, mode, tokenizer()));
+        Agent::new(oracle, tools.clone(), AgentConfig { mode, max_turns: 16, ..AgentConfig::default() })
+    };
+    let (react, gap) = (agent(Mode::React), agent(Mode::Gap));
+    let mut done = 0;
+    let both = evaluate_all(&[&react, &gap], &tasks, 5, |_| done += 1).await;
+    assert_eq!(done, 2 * tasks.len());
+    for (agent, together) in [&react, &gap].into_iter().zip(&both) {
+        let alone = evaluate(agent, &tasks, 3, |_| {}).await;
+        assert_eq!(together.mode, alone.mode);
+        let ids = |r: &Report| r.results.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(together), tasks.iter().map(|t| t.id.clone()).collect::<Vec<_>>());
+        assert_eq!(ids(together), ids(&alone));
+        for (t, a) in together.results.iter().zip(&alone.results) {
+            assert_eq!((&t.answer, t.trajectory.turns()), (&a.answer, a.trajectory.turns()), "{}", t.id);
+        }
+        assert_eq!(together.overall.em, 1.0);
+        assert_eq!(together.families.keys().collect::<Vec<_>>(), alone.families.keys().collect::<Vec<_>>());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOptions};
 use toolsmith_agent::env::{Corpus, Family, Task, World, WorldConfig};
-use toolsmith_agent::eval::{Report, evaluate};
+use toolsmith_agent::eval::{Report, evaluate_all};
 use toolsmith_agent::tools::Executor;
 use toolsmith_agent::{Agent, AgentConfig, ToolFormat};
 use toolsmith_policy::Policy;
@@ -87,19 +87,26 @@ impl HeldOut {
             &toolsmith_contract::sync::lock(policy),
         );
         let backend = Arc::new(BatchedBackend::new(policy.clone(), "training", batching));
-        let mut modes = BTreeMap::new();
-        for &mode in &self.config.modes {
-            let config = AgentConfig {
-                mode,
-                max_turns: self.config.max_turns,
-                generate: GenerateOptions { max_tokens: self.config.max_tokens, ..GenerateOptions::default() },
-                tool_format: self.tool_format,
-                ..AgentConfig::default()
-            };
-            let agent = Agent::new(backend.clone(), self.tools.clone(), config);
-            let report = self.runtime.block_on(evaluate(&agent, &self.tasks, self.config.parallel, |_| {}));
-            modes.insert(mode.name().to_string(), figures(&report));
-        }
+        // Every mode at once over one backend: their episodes share batches and one tail.
+        let agents: Vec<Agent> = self
+            .config
+            .modes
+            .iter()
+            .map(|&mode| {
+                let config = AgentConfig {
+                    mode,
+                    max_turns: self.config.max_turns,
+                    generate: GenerateOptions { max_tokens: self.config.max_tokens, ..GenerateOptions::default() },
+                    tool_format: self.tool_format,
+                    ..AgentConfig::default()
+                };
+                Agent::new(backend.clone(), self.tools.clone(), config)
+            })
+            .collect();
+        let agents: Vec<&Agent> = agents.iter().collect();
+        let reports = self.runtime.block_on(evaluate_all(&agents, &self.tasks, self.config.parallel, |_| {}));
+        let modes: BTreeMap<String, ModeFigures> =
+            reports.iter().map(|r| (r.mode.name().to_string(), figures(r))).collect();
         backend.release_memory();
         let em = modes.values().map(|m| m.em).sum::<f64>() / modes.len().max(1) as f64;
         EvalMetrics { step, modes, em, seconds: started.elapsed().as_secs_f64() }
