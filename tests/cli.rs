@@ -402,12 +402,13 @@ fn eval_run_and_the_graph_learning_from_trajectories() {
     // Gap plans the parallel hops into fewer turns than react takes.
     assert!(reports["gap"]["overall"]["turns"].as_f64() < reports["react"]["overall"]["turns"].as_f64(), "{reports}");
     let twice = run(&["eval", "--mode", "gap", "--mode", "gap", "--limit", "1"]);
-    assert!(String::from_utf8_lossy(&twice.stderr).contains("given twice"), "{twice:?}");
+    assert!(!twice.status.success() && String::from_utf8_lossy(&twice.stderr).contains("given twice"), "{twice:?}");
     let table = ok(&run(&["eval", "--mode", "gap", "--limit", "5"]));
     assert!(table.contains("cost/pass") && table.contains("single_hop"), "{table}");
     // The same world's questions reworded are answered alike; they never become traces.
     let out = ok(&run(&["eval", "--mode", "gap", "--reworded", "--tasks-per-family", "2", "--json"]));
     let report: Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(report["mode"], "gap", "one mode: its report as it is");
     assert_eq!(report["overall"]["em"], 1.0, "{report}");
     let traces = dir.path().join("traces.jsonl");
     let refused = run(&["world", "traces", "--reworded", "--out", traces.to_str().expect("utf-8")]);

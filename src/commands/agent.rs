@@ -1,6 +1,7 @@
 //! `toolsmith world`, `toolsmith eval` and `toolsmith run`: the bundled offline world, evaluation
 //! of a policy on a task set, and one readable trace.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,7 @@ use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOpt
 use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_agent::env::metrics::{exact_match, f1};
 use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
-use toolsmith_agent::eval::{evaluate_all, peak_by_objectives};
+use toolsmith_agent::eval::{Report, evaluate_all, peak_by_objectives};
 use toolsmith_agent::graph::{RegistryRetriever, call_usage, record_candidates, record_plan};
 use toolsmith_agent::mcp::McpTools;
 use toolsmith_agent::tools::{Executor, LocalTools};
@@ -94,7 +95,7 @@ pub struct PolicyArgs {
     pub api_key_env: String,
     /// react, gap, mem or searl. `eval` takes it more than once and runs the modes side by side
     /// (a local policy's turns of every mode decode in the same batches).
-    #[arg(long = "mode", default_value = "gap")]
+    #[arg(long = "mode", value_name = "MODE", default_value = "gap")]
     pub modes: Vec<String>,
     /// Turn budget per task.
     #[arg(long, default_value_t = 12)]
@@ -147,7 +148,8 @@ pub struct EvalArgs {
     /// Evaluate the first N tasks only.
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Episodes running at once; with a local policy their turns are decoded as one batch.
+    /// Episodes running at once, over every mode; with a local policy their turns are decoded
+    /// as one batch.
     #[arg(long, default_value_t = 16)]
     pub parallel: usize,
     /// Print the figures as one JSON object instead of a table.
@@ -459,28 +461,23 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
         );
     }
     // One mode: its report as it is; several: an object keyed by mode.
-    let by_mode = |strip: bool| -> Result<serde_json::Value> {
-        let mut values = Vec::with_capacity(reports.len());
-        for report in &reports {
-            let mut report = report.clone();
-            if strip {
-                report.results.clear();
-            }
-            values.push((report.mode.name().to_string(), serde_json::to_value(&report)?));
-        }
-        Ok(match values.len() {
-            1 => values.pop().map(|(_, v)| v).unwrap_or_default(),
-            _ => serde_json::Value::Object(values.into_iter().collect()),
-        })
-    };
     if let Some(out) = &args.out {
-        let text = serde_json::to_string_pretty(&by_mode(false)?)?;
+        let text = match reports.as_slice() {
+            [one] => serde_json::to_string_pretty(one)?,
+            many => serde_json::to_string_pretty(&by_mode(many))?,
+        };
         std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))?;
     }
     if args.json {
-        super::print_json(&by_mode(true)?)?;
+        match reports.iter().map(Report::summary).collect::<Vec<_>>().as_slice() {
+            [one] => super::print_json(one)?,
+            many => super::print_json(&by_mode(many))?,
+        }
     } else {
-        for report in &reports {
+        for (i, report) in reports.iter().enumerate() {
+            if i > 0 {
+                println!();
+            }
             print!("{}", report.table());
             let peaks = peak_by_objectives(report);
             if peaks.len() > 1 {
@@ -490,6 +487,11 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reports keyed by their mode's name.
+fn by_mode(reports: &[Report]) -> BTreeMap<&'static str, &Report> {
+    reports.iter().map(|r| (r.mode.name(), r)).collect()
 }
 
 pub fn run(env: &Env, args: RunArgs) -> Result<ExitCode> {

@@ -97,6 +97,17 @@ pub struct Report {
 }
 
 impl Report {
+    /// The figures without the per-task results.
+    pub fn summary(&self) -> Report {
+        Report {
+            mode: self.mode,
+            backend: self.backend.clone(),
+            families: self.families.clone(),
+            overall: self.overall.clone(),
+            results: Vec::new(),
+        }
+    }
+
     /// The figures as a table.
     pub fn table(&self) -> String {
         let mut s = format!("mode {} · backend {}\n", self.mode, self.backend);

@@ -48,6 +48,7 @@ async fn modes_evaluated_side_by_side_report_as_each_alone() {
         assert_eq!(ids(together), ids(&alone));
         for (t, a) in together.results.iter().zip(&alone.results) {
             assert_eq!((&t.answer, t.trajectory.turns()), (&a.answer, a.trajectory.turns()), "{}", t.id);
+            assert_eq!(t.trajectory.mode, together.mode, "{}: run by another mode's agent", t.id);
         }
         assert_eq!(together.overall.em, 1.0);
         assert_eq!(together.families.keys().collect::<Vec<_>>(), alone.families.keys().collect::<Vec<_>>());
