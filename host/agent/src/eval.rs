@@ -146,9 +146,9 @@ pub async fn evaluate(agent: &Agent, tasks: &[Task], parallel: usize, on_done: i
 
 /// Runs each of `agents` (e.g. one per mode, over one batching backend) on every task, one
 /// report per agent, `parallel` episodes at a time in all. The episodes interleave (each task
-/// in every agent, then the next task), so the agents share one tail of a few long episodes
-/// instead of having one each: with a batching backend a tail decodes few rows a step, at
-/// nearly the cost of a full batch.
+/// in every agent, then the next task), so the agents share batches and one tail of long
+/// episodes; rows of short and long prompts then decode at the longest one's width, and the
+/// two effects cancelled in the one measurement (BENCHMARKS.md).
 pub async fn evaluate_all(
     agents: &[&Agent],
     tasks: &[Task],

@@ -187,8 +187,8 @@ pub struct EvalConfig {
     pub max_turns: usize,
     /// Tokens per turn at most. By default 160.
     pub max_tokens: usize,
-    /// Episodes running at once, over every mode (the modes run side by side): their turns
-    /// decode together in batches and their tool calls overlap. By default 16.
+    /// Episodes running at once: their turns decode together in batches and their tool calls
+    /// overlap. By default 16.
     pub parallel: usize,
     /// Evaluate before the first step as well as after the last. By default true. A pretrained
     /// model that does not yet speak the agent's format runs every episode to its turn budget,
