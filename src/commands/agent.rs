@@ -352,6 +352,8 @@ fn agents(
             generate: GenerateOptions {
                 max_tokens: args.max_tokens,
                 temperature: args.temperature,
+                // A greedy turn that repeats itself exactly is lost: end it there.
+                stop_loops: true,
                 ..GenerateOptions::default()
             },
             scheduler: Scheduler {

@@ -191,6 +191,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         stop_token_ids: Vec::new(),
         seed: args.seed,
         ignore_eos: false,
+        stop_loops: false,
     };
     params.validate()?;
     if args.json {

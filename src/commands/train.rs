@@ -527,7 +527,11 @@ fn eval_line(e: &EvalMetrics) -> String {
     let modes: Vec<String> = e
         .modes
         .iter()
-        .map(|(m, f)| format!("{m} EM {:.2} fmt-err {:.2} turns {:.1}", f.em, f.format_error_rate, f.turns))
+        .map(|(m, f)| {
+            let ceiling =
+                if f.ceiling < 1.0 { format!(" (at most {:.2} in budget)", f.ceiling) } else { String::new() };
+            format!("{m} EM {:.2}{ceiling} fmt-err {:.2} turns {:.1}", f.em, f.format_error_rate, f.turns)
+        })
         .collect();
     format!("held-out @ step {}: {} ({:.0} s)", e.step, modes.join(" · "), e.seconds)
 }

@@ -183,6 +183,7 @@ impl Sampling {
                 Some(Stop::Many(v)) => v,
             },
             seed: self.seed.unwrap_or(GenerateOptions::default().seed),
+            stop_loops: false,
         })
     }
 }

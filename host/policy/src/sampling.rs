@@ -29,6 +29,11 @@ pub struct SamplingParams {
     pub seed: u64,
     /// Keep going past end-of-sequence tokens (benchmarks; stop tokens still stop).
     pub ignore_eos: bool,
+    /// Greedy decoding only: end a sequence whose last tokens repeat one block exactly (see
+    /// [`loops`]) as if it had reached `max_new_tokens`, since from there greedy decoding keeps
+    /// repeating it. Evaluation turns this on: a looping turn is lost anyway, and decoding it to
+    /// the end of its budget made rows of a batch wait for it.
+    pub stop_loops: bool,
 }
 
 impl Default for SamplingParams {
@@ -43,8 +48,24 @@ impl Default for SamplingParams {
             stop_token_ids: Vec::new(),
             seed: 0,
             ignore_eos: false,
+            stop_loops: false,
         }
     }
+}
+
+/// Tokens a repeated block must span before it counts as a loop (and at least three copies).
+pub const LOOP_SPAN: usize = 48;
+/// The longest block [`loops`] looks for.
+pub const LOOP_PERIOD: usize = 64;
+
+/// Whether `output` ends in an exact loop: one block of at most [`LOOP_PERIOD`] tokens repeated
+/// back to back over the last `max(LOOP_SPAN, 3 * block)` tokens.
+pub fn loops(output: &[i64]) -> bool {
+    let n = output.len();
+    (1..=LOOP_PERIOD.min(n / 3)).any(|p| {
+        let span = LOOP_SPAN.max(3 * p);
+        span <= n && output[n - span..n - p] == output[n - span + p..]
+    })
 }
 
 impl SamplingParams {

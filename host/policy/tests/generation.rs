@@ -484,6 +484,59 @@ fn stop_strings_stop_tokens_and_streaming() {
 }
 
 #[test]
+fn a_loop_is_one_block_repeated_over_the_last_tokens() {
+    use toolsmith_policy::sampling::{LOOP_PERIOD, LOOP_SPAN, loops};
+    let distinct: Vec<i64> = (0..300).collect();
+    assert!(!loops(&[]) && !loops(&distinct));
+    // One token repeated: a loop once it spans LOOP_SPAN tokens, not one token before.
+    let same = vec![7i64; LOOP_SPAN];
+    assert!(loops(&same) && !loops(&same[1..]));
+    // A five-token block after other text: a loop from the LOOP_SPAN-th repeated token on.
+    let mut five: Vec<i64> = (100..110).collect();
+    five.extend([1, 2, 3, 4, 5].repeat(10));
+    assert!(loops(&five[..10 + LOOP_SPAN]) && !loops(&five[..10 + LOOP_SPAN - 1]));
+    // A long block needs three copies; a block longer than LOOP_PERIOD is never one.
+    let block: Vec<i64> = (0..40).collect();
+    let three = block.repeat(3);
+    assert!(loops(&three) && !loops(&three[1..]));
+    let long: Vec<i64> = (0..LOOP_PERIOD as i64 + 1).collect();
+    assert!(!loops(&long.repeat(3)));
+    // Two copies of a block whose end differs by one token are not a loop.
+    let mut almost = block.repeat(3);
+    let last = almost.len() - 1;
+    almost[last] = 99;
+    assert!(!loops(&almost));
+}
+
+#[test]
+fn greedy_rows_stop_where_they_start_to_loop_and_others_are_untouched() {
+    let policy = common::tiny(3);
+    // A random model repeats itself quickly on prompts made of one repeated phrase.
+    let prompts: Vec<Vec<i64>> = ["<think>the the the the the", "<tool_call>{\"name\": \"search\"", "hi"]
+        .iter()
+        .map(|t| policy.tokenizer().encode(t).expect("encode"))
+        .collect();
+    let free = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(160) };
+    let stopping = SamplingParams { stop_loops: true, ..free.clone() };
+    let (long, _) = policy.generate(&prompts, &free, None).expect("generate");
+    let (short, _) = policy.generate(&prompts, &stopping, None).expect("generate");
+    let mut stopped = 0;
+    for (l, s) in long.iter().zip(&short) {
+        // The same greedy tokens, ending at the first token at which the output is a loop.
+        assert_eq!(s.output_ids, l.output_ids[..s.output_ids.len()]);
+        assert_eq!(s.finish_reason, FinishReason::Length);
+        let first = (1..=l.output_ids.len()).find(|&n| toolsmith_policy::sampling::loops(&l.output_ids[..n]));
+        assert_eq!(s.output_ids.len(), first.unwrap_or(l.output_ids.len()));
+        stopped += usize::from(s.output_ids.len() < l.output_ids.len());
+    }
+    assert!(stopped > 0, "no row looped: the test needs prompts that loop");
+    // Sampling never stops for a loop.
+    let sampled = SamplingParams { temperature: 1.0, seed: 4, ..stopping.clone() };
+    let (drawn, _) = policy.generate(&prompts, &sampled, None).expect("generate");
+    assert!(drawn.iter().all(|g| g.output_ids.len() == 160));
+}
+
+#[test]
 fn bad_requests_are_errors() {
     let policy = common::tiny(6);
     let bad = |params: SamplingParams, prompts: Vec<Vec<i64>>| policy.generate(&prompts, &params, None).is_err();

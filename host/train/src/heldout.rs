@@ -9,9 +9,10 @@ use std::time::Instant;
 use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOptions};
 use toolsmith_agent::env::{Corpus, Family, Task, World, WorldConfig};
 use toolsmith_agent::eval::{Report, evaluate};
+use toolsmith_agent::oracle::Oracle;
 use toolsmith_agent::tools::Executor;
-use toolsmith_agent::{Agent, AgentConfig, ToolFormat};
-use toolsmith_policy::Policy;
+use toolsmith_agent::{Agent, AgentConfig, Mode, ToolFormat};
+use toolsmith_policy::{Policy, Tokenizer};
 
 use crate::TrainError;
 use crate::config::EvalConfig;
@@ -97,18 +98,75 @@ impl HeldOut {
             let config = AgentConfig {
                 mode,
                 max_turns: self.config.max_turns,
-                generate: GenerateOptions { max_tokens: self.config.max_tokens, ..GenerateOptions::default() },
+                // Greedy; a turn that falls into an exact loop ends there instead of decoding
+                // to the budget (it is lost either way).
+                generate: GenerateOptions {
+                    max_tokens: self.config.max_tokens,
+                    stop_loops: true,
+                    ..GenerateOptions::default()
+                },
                 tool_format: self.tool_format,
                 ..AgentConfig::default()
             };
             let agent = Agent::new(backend.clone(), self.tools.clone(), config);
             let report = self.runtime.block_on(evaluate(&agent, &self.tasks, self.config.parallel, |_| {}));
-            modes.insert(mode.name().to_string(), figures(&report));
+            let mut figures = figures(&report);
+            figures.ceiling = self.ceiling(mode, &toolsmith_contract::sync::lock(policy));
+            modes.insert(mode.name().to_string(), figures);
         }
         backend.release_memory();
         let em = modes.values().map(|m| m.em).sum::<f64>() / modes.len().max(1) as f64;
         EvalMetrics { step, modes, em, seconds: started.elapsed().as_secs_f64() }
     }
+
+    /// The share of the tasks that the oracle answers, in `mode`, with no turn longer than the
+    /// budget in `policy`'s tokens (warned about when below 1: the budget, not the policy, then
+    /// bounds the EM).
+    fn ceiling(&self, mode: Mode, policy: &Policy) -> f64 {
+        let tokenizer = Arc::new(policy.tokenizer().clone());
+        let needed = match oracle_budgets(&self.tasks, mode, &tokenizer) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("cannot measure the oracle's turns: {e}");
+                return 1.0;
+            }
+        };
+        let budget = self.config.max_tokens;
+        let cut = needed.iter().filter(|&&n| n > budget).count();
+        if cut > 0 {
+            let longest = needed.iter().max().copied().unwrap_or(0);
+            tracing::warn!(
+                "held-out {mode}: the oracle's own trace needs a turn longer than max_tokens ({budget}) on {cut} \
+                 of {} tasks (the longest {longest} tokens), so EM cannot pass {:.2}",
+                needed.len(),
+                ceiling(&needed, budget)
+            );
+        }
+        ceiling(&needed, budget)
+    }
+}
+
+/// The longest turn of the oracle's trace of each task in `mode`, in `tokenizer`'s tokens: the
+/// turn budget a policy needs to answer as the oracle does (0 for a task without a solution).
+pub fn oracle_budgets(tasks: &[Task], mode: Mode, tokenizer: &Arc<Tokenizer>) -> Result<Vec<usize>, TrainError> {
+    let oracle = Oracle::new(tasks, mode, tokenizer.clone());
+    let mut needed = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let mut longest = 0;
+        for turn in oracle.turns(task) {
+            longest = longest.max(tokenizer.encode(&turn)?.len());
+        }
+        needed.push(longest);
+    }
+    Ok(needed)
+}
+
+/// The share of `needed` budgets within `max_tokens` (1 for no tasks).
+pub fn ceiling(needed: &[usize], max_tokens: usize) -> f64 {
+    if needed.is_empty() {
+        return 1.0;
+    }
+    needed.iter().filter(|&&n| n <= max_tokens).count() as f64 / needed.len() as f64
 }
 
 /// A mode's figures from an evaluation report.
@@ -122,6 +180,7 @@ pub fn figures(report: &Report) -> ModeFigures {
         turns: report.overall.turns,
         format_error_rate: bad_turns as f64 / steps.len().max(1) as f64,
         answered: answered as f64 / report.results.len().max(1) as f64,
+        ceiling: 1.0,
         tasks: report.results.len(),
         families: report.families.iter().map(|(f, s)| (f.name().to_string(), s.em)).collect(),
     }

@@ -278,8 +278,8 @@ pub fn summary(records: &[Record]) -> String {
         let _ = writeln!(out, "held-out evaluation: step {} -> step {}", before.step, after.step);
         let _ = writeln!(
             out,
-            "{:<8} {:>13} {:>13} {:>13} {:>15} {:>13}",
-            "mode", "EM", "F1", "turns", "format errors", "answered"
+            "{:<8} {:>13} {:>13} {:>13} {:>15} {:>13} {:>8}",
+            "mode", "EM", "F1", "turns", "format errors", "answered", "ceiling"
         );
         let modes: BTreeMap<&String, ()> = after.modes.keys().map(|k| (k, ())).collect();
         for mode in modes.keys() {
@@ -290,13 +290,14 @@ pub fn summary(records: &[Record]) -> String {
             };
             let _ = writeln!(
                 out,
-                "{:<8} {:>13} {:>13} {:>13} {:>15} {:>13}",
+                "{:<8} {:>13} {:>13} {:>13} {:>15} {:>13} {:>8.2}",
                 mode,
                 pair(|f| f.em),
                 pair(|f| f.f1),
                 pair(|f| f.turns),
                 pair(|f| f.format_error_rate),
-                pair(|f| f.answered)
+                pair(|f| f.answered),
+                a.ceiling
             );
         }
         let families: BTreeMap<&String, Vec<f64>> =

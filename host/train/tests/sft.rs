@@ -8,6 +8,7 @@ use toolsmith_agent::Mode;
 use toolsmith_agent::env::Corpus;
 use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_train::config::{EvalConfig, SftConfig, WorldsData};
+use toolsmith_train::heldout::{ceiling, oracle_budgets};
 use toolsmith_train::metrics::{Record, read};
 use toolsmith_train::sft::{self, Event};
 
@@ -83,11 +84,25 @@ fn evaluation_before_training_can_be_left_out() {
     if let Some(eval) = config.eval.as_mut() {
         eval.before = false;
     }
+    let eval = config.eval.clone().expect("evaluated");
     sft::prepare(config, &run, false, &tools).expect("prepare").run(&mut |_| {}).expect("trains");
     let records = read(&run.join("metrics.jsonl")).expect("metrics");
     let evals: Vec<u64> =
         records.iter().filter_map(|r| if let Record::Eval(e) = r { Some(e.step) } else { None }).collect();
     assert_eq!(evals, vec![2]);
+    // Each mode's figures say how many tasks the turn budget leaves answerable: the oracle's own
+    // gap trace needs more than 24 tiny-tokenizer tokens a turn for some of them.
+    let heldout = toolsmith_train::heldout::HeldOut::new(eval.clone(), Default::default(), &tools).expect("held out");
+    let tokenizer = Arc::new(toolsmith_policy::Tokenizer::tiny().expect("tokenizer"));
+    let needed = oracle_budgets(heldout.tasks(), Mode::Gap, &tokenizer).expect("budgets");
+    let fits = ceiling(&needed, eval.max_tokens);
+    assert!(fits < 1.0 && needed.iter().all(|&n| n > 0), "{needed:?}");
+    assert_eq!(ceiling(&needed, needed.iter().copied().max().unwrap_or(0)), 1.0);
+    let reported = records
+        .iter()
+        .find_map(|r| if let Record::Eval(e) = r { e.modes.get("gap").map(|f| f.ceiling) } else { None })
+        .expect("gap figures");
+    assert_eq!(reported, fits);
 }
 
 #[test]
@@ -102,6 +117,35 @@ fn the_smol_world_preset_is_a_valid_run_for_smollm2_only() {
     let err = tiny.check_preset("smol-world").expect_err("the tiny model").to_string();
     assert!(err.contains("tuned for SmolLM2-135M"), "{err}");
     assert!(SftConfig::preset("smol-planet").is_err());
+}
+
+#[test]
+fn the_smol_world_evaluation_leaves_room_for_the_oracles_turns() {
+    let Ok(dir) = toolsmith_policy::locate("smollm2-135m") else {
+        println!("SmolLM2-135M is not set up (scripts/setup.sh fetches it): skipped");
+        return;
+    };
+    let tokenizer = Arc::new(toolsmith_policy::Tokenizer::from_dir(&dir).expect("tokenizer"));
+    let preset = SftConfig::preset("smol-world").expect("preset");
+    let eval = preset.eval.clone().expect("evaluated");
+    let heldout = toolsmith_train::heldout::HeldOut::new(eval.clone(), preset.tool_format, &tools).expect("held out");
+    for &mode in &eval.modes {
+        let needed = oracle_budgets(heldout.tasks(), mode, &tokenizer).expect("budgets");
+        let fits = ceiling(&needed, eval.max_tokens);
+        println!(
+            "{mode}: {fits:.2} of the tasks fit {} tokens a turn (longest {:?})",
+            eval.max_tokens,
+            needed.iter().max()
+        );
+        // Only plans of six or more lookups at once (multi-objective questions) may not fit a
+        // gap or searl turn; every other trace must, or the budget, not the policy, sets the EM.
+        let floor = match mode {
+            Mode::Gap => 0.8,
+            Mode::Searl => 0.7,
+            _ => 1.0,
+        };
+        assert!(fits >= floor, "{mode}: {fits}");
+    }
 }
 
 #[test]

@@ -142,6 +142,10 @@ pub struct GenerateOptions {
     /// Penalty on tokens already in the context (1 disables it; SEARL samples with 1.05).
     #[serde(default = "one")]
     pub repetition_penalty: f64,
+    /// Greedy turns that fall into an exact loop end there, as if cut by `max_tokens`
+    /// (`SamplingParams::stop_loops`; evaluation sets it).
+    #[serde(default)]
+    pub stop_loops: bool,
 }
 
 fn one() -> f64 {
@@ -205,6 +209,7 @@ impl GenerateOptions {
             repetition_penalty: self.repetition_penalty,
             stop_strings: self.stop.clone(),
             seed: self.seed,
+            stop_loops: self.stop_loops,
             ..toolsmith_policy::SamplingParams::default()
         }
     }
@@ -229,6 +234,7 @@ impl Default for GenerateOptions {
             seed: 0,
             top_k: 0,
             repetition_penalty: 1.0,
+            stop_loops: false,
         }
     }
 }

@@ -351,7 +351,10 @@ impl RlConfig {
             tasks_per_iteration: 4,
             group_size: 8,
             // A plan takes about 100 tokens: 96 cut most of them (reward -0.9 from the overlong
-            // penalty, EM 0.02 over the first 64 episodes); 128 is what evaluation allows.
+            // penalty, EM 0.02 over the first 64 episodes). The oracle's plans for three or four
+            // parallel lookups take 180-260 tokens, so 128 still cuts about half of those
+            // (the trainer warns); a longer budget lengthens every turn's decoding, which the
+            // 30-minute budget does not leave room for.
             max_turns: 5,
             max_tokens: 128,
             // Each batch is used twice (the second pass clipped), and the step is larger than

@@ -18,7 +18,7 @@ use toolsmith_policy::{Policy, SamplingParams};
 
 use crate::TrainError;
 use crate::checkpoint::RunDir;
-use crate::heldout::{HeldOut, ToolsFor};
+use crate::heldout::{HeldOut, ToolsFor, ceiling, oracle_budgets};
 use crate::metrics::{IterationMetrics, Record};
 use crate::optim::Schedule;
 use crate::rl::config::RlConfig;
@@ -140,6 +140,7 @@ impl RlTrainer {
                 Ok(TrainWorld { tasks, tools })
             })
             .collect::<Result<_, TrainError>>()?;
+        warn_if_cut(&worlds, &config, &policy)?;
         let graph = match (&config.graph, &resumed) {
             (None, _) => None,
             (Some(_), Some((_, dir))) => {
@@ -281,6 +282,28 @@ impl Unit for RlUnit {
     fn sync(&mut self, core: &Core) -> Result<(), TrainError> {
         self.push_weights(&core.policy())
     }
+}
+
+/// Warns when the turn budget cuts the oracle's own trace of some training tasks in the
+/// method's mode: those episodes fail on format whatever the policy knows, so their groups teach
+/// only brevity (a parallel plan of 3-4 lookups takes 180-260 SmolLM2 tokens).
+fn warn_if_cut(worlds: &[TrainWorld], config: &RlConfig, policy: &Policy) -> Result<(), TrainError> {
+    let tokenizer = Arc::new(policy.tokenizer().clone());
+    let mut needed = Vec::new();
+    for world in worlds {
+        needed.extend(oracle_budgets(&world.tasks, config.method.mode(), &tokenizer)?);
+    }
+    let fits = ceiling(&needed, config.max_tokens);
+    if fits < 1.0 {
+        tracing::warn!(
+            "the oracle's trace of {:.0}% of the training tasks needs a turn longer than max_tokens ({}; the \
+             longest needs {})",
+            100.0 * (1.0 - fits),
+            config.max_tokens,
+            needed.iter().max().copied().unwrap_or(0)
+        );
+    }
+    Ok(())
 }
 
 /// How the rollouts' batching backend batches: every episode of an iteration's groups keeps its
