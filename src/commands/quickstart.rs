@@ -793,7 +793,7 @@ the pretrained policy (SmolLM2-135M-Instruct; `--policy smollm2-135m`, `--init s
     attempt(&format!("after {STEPS} steps"))?;
     toolsmith_policy::set_threads(1);
     println!(
-        "  try it: toolsmith train sft --preset smol-world --out runs/smol   (about 20 minutes; held-out EM: BENCHMARKS.md)"
+        "  try it: toolsmith train sft --preset smol-world --out runs/smol   (about 24 minutes; held-out EM: BENCHMARKS.md)"
     );
     Ok(())
 }

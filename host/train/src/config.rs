@@ -245,7 +245,8 @@ impl SftConfig {
     /// `smol-world`: SmolLM2-135M-Instruct, fully fine-tuned in bf16 on oracle traces of 16 small
     /// training worlds in every style (100 steps of up to 2,048 tokens), evaluated after
     /// training on 10 questions per family of the held-out world in every mode (40 episodes at
-    /// once); about 20 minutes on 2 CPU cores. No evaluation before training (see `before`).
+    /// once, turns of 256 tokens); about 24 minutes on 2 CPU cores (14 of training). No
+    /// evaluation before training (see `before`).
     pub fn preset(name: &str) -> Result<Self, TrainError> {
         match name {
             "tiny-world" => Ok(SftConfig {
