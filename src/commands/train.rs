@@ -528,8 +528,10 @@ fn eval_line(e: &EvalMetrics) -> String {
         .modes
         .iter()
         .map(|(m, f)| {
-            let ceiling =
-                if f.ceiling < 1.0 { format!(" (at most {:.2} in budget)", f.ceiling) } else { String::new() };
+            let ceiling = match f.ceiling {
+                Some(c) if c < 1.0 => format!(" (at most {c:.2} in budget)"),
+                _ => String::new(),
+            };
             format!("{m} EM {:.2}{ceiling} fmt-err {:.2} turns {:.1}", f.em, f.format_error_rate, f.turns)
         })
         .collect();

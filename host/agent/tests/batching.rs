@@ -149,3 +149,33 @@ async fn releasing_memory_empties_the_prefix_cache_and_changes_no_answer() {
     alone.release_memory();
     assert_eq!(alone.complete(&second, &options(2)).await.expect("alone again").text, expected.text);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_greedy_answer_ends_where_it_starts_to_loop_across_pauses_too() {
+    use toolsmith_policy::FinishReason;
+    use toolsmith_policy::sampling::loops;
+    let policy = Arc::new(Mutex::new(
+        Policy::tiny(3, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
+            .expect("tiny policy"),
+    ));
+    let free = GenerateOptions { max_tokens: 160, temperature: 0.0, stop: Vec::new(), ..GenerateOptions::default() };
+    let stopping = GenerateOptions { stop_loops: true, ..free.clone() };
+    let whole = BatchedBackend::new(policy.clone(), "tiny", BatchConfig::default());
+    let mut looped = 0;
+    for text in ["<think>the the the the the", "<tool_call>{\"name\": \"search\"", "hi"] {
+        let prompt = Prompt::Text(text.into());
+        let (long, _, _) = whole.generate(prompt.clone(), &free).await.expect("free");
+        let Some(first) = (1..=long.output_ids.len()).find(|&n| loops(&long.output_ids[..n])) else { continue };
+        looped += 1;
+        // Decoded to its end, and in chunks of 5 tokens (continuous batching), whose own outputs
+        // are each too short to show the loop: both stop at the same token.
+        for join_every in [0, 5] {
+            let backend =
+                BatchedBackend::new(policy.clone(), "tiny", BatchConfig { join_every, ..BatchConfig::default() });
+            let (g, _, _) = backend.generate(prompt.clone(), &stopping).await.expect("stopping");
+            assert_eq!(g.output_ids, long.output_ids[..first], "{text:?}, pauses every {join_every}");
+            assert_eq!(g.finish_reason, FinishReason::Length);
+        }
+    }
+    assert!(looped > 0, "no prompt made the tiny model loop: the test needs one that does");
+}

@@ -30,9 +30,9 @@ pub struct SamplingParams {
     /// Keep going past end-of-sequence tokens (benchmarks; stop tokens still stop).
     pub ignore_eos: bool,
     /// Greedy decoding only: end a sequence whose last tokens repeat one block exactly (see
-    /// [`loops`]) as if it had reached `max_new_tokens`, since from there greedy decoding keeps
-    /// repeating it. Evaluation turns this on: a looping turn is lost anyway, and decoding it to
-    /// the end of its budget made rows of a batch wait for it.
+    /// [`loops`]) as if it had reached `max_new_tokens`: a trained model rarely leaves such a
+    /// loop (a random one can). Evaluation turns this on: such a turn is almost always lost, and
+    /// decoding it to the end of its budget made the other rows of its batch wait.
     pub stop_loops: bool,
 }
 

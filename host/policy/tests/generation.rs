@@ -501,7 +501,7 @@ fn a_loop_is_one_block_repeated_over_the_last_tokens() {
     assert!(loops(&three) && !loops(&three[1..]));
     let long: Vec<i64> = (0..LOOP_PERIOD as i64 + 1).collect();
     assert!(!loops(&long.repeat(3)));
-    // Two copies of a block whose end differs by one token are not a loop.
+    // Three copies of a block, the last token changed, are not a loop.
     let mut almost = block.repeat(3);
     let last = almost.len() - 1;
     almost[last] = 99;

@@ -213,9 +213,9 @@ impl Default for EvalConfig {
 
 impl EvalConfig {
     /// The `smol-` presets' held-out evaluation: 10 questions per family, up to 6 turns of 256
-    /// tokens, 40 episodes decoded at once. The oracle's own gap plans need up to 250 SmolLM2
-    /// tokens for the multi-hop and numeric questions (more for six or more objectives): 128 left
-    /// 24 of the 50 answerable in gap mode and 18 in searl mode (BENCHMARKS.md).
+    /// tokens, 40 episodes decoded at once. The oracle's own gap plans take 180-260 SmolLM2 tokens
+    /// for three or four parallel lookups and up to 550 for ten objectives: 128 left 24 of the 50
+    /// answerable in gap mode and 18 in searl mode, 256 leaves 41-44 and 37 (BENCHMARKS.md).
     pub fn smol() -> Self {
         EvalConfig { tasks_per_family: 10, max_turns: 6, max_tokens: 256, parallel: 40, ..EvalConfig::default() }
     }

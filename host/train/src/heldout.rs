@@ -28,6 +28,8 @@ pub struct HeldOut {
     tasks: Vec<Task>,
     tools: Arc<dyn Executor>,
     runtime: tokio::runtime::Runtime,
+    /// Each mode's ceiling, measured once (it depends on the tasks, the budget and the tokenizer).
+    ceilings: Mutex<BTreeMap<Mode, Option<f64>>>,
 }
 
 impl std::fmt::Debug for HeldOut {
@@ -69,7 +71,7 @@ impl HeldOut {
             .enable_all()
             .build()
             .map_err(|e| TrainError::Agent(format!("cannot start tokio: {e}")))?;
-        Ok(HeldOut { tools: tools_for(corpus), config, tool_format, tasks, runtime })
+        Ok(HeldOut { tools: tools_for(corpus), config, tool_format, tasks, runtime, ceilings: Mutex::default() })
     }
 
     /// The tasks.
@@ -120,15 +122,25 @@ impl HeldOut {
     }
 
     /// The share of the tasks that the oracle answers, in `mode`, with no turn longer than the
-    /// budget in `policy`'s tokens (warned about when below 1: the budget, not the policy, then
-    /// bounds the EM).
-    fn ceiling(&self, mode: Mode, policy: &Policy) -> f64 {
+    /// budget in `policy`'s tokens, measured at the first evaluation (warned about when below 1:
+    /// the budget, not the policy, then bounds the EM).
+    fn ceiling(&self, mode: Mode, policy: &Policy) -> Option<f64> {
+        let mut known = toolsmith_contract::sync::lock(&self.ceilings);
+        if let Some(&c) = known.get(&mode) {
+            return c;
+        }
+        let measured = self.measure_ceiling(mode, policy);
+        known.insert(mode, measured);
+        measured
+    }
+
+    fn measure_ceiling(&self, mode: Mode, policy: &Policy) -> Option<f64> {
         let tokenizer = Arc::new(policy.tokenizer().clone());
         let needed = match oracle_budgets(&self.tasks, mode, &tokenizer) {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!("cannot measure the oracle's turns: {e}");
-                return 1.0;
+                return None;
             }
         };
         let budget = self.config.max_tokens;
@@ -142,7 +154,7 @@ impl HeldOut {
                 ceiling(&needed, budget)
             );
         }
-        ceiling(&needed, budget)
+        Some(ceiling(&needed, budget))
     }
 }
 
@@ -180,7 +192,7 @@ pub fn figures(report: &Report) -> ModeFigures {
         turns: report.overall.turns,
         format_error_rate: bad_turns as f64 / steps.len().max(1) as f64,
         answered: answered as f64 / report.results.len().max(1) as f64,
-        ceiling: 1.0,
+        ceiling: None,
         tasks: report.results.len(),
         families: report.families.iter().map(|(f, s)| (f.name().to_string(), s.em)).collect(),
     }

@@ -37,10 +37,6 @@ pub struct StepMetrics {
     pub elapsed_s: f64,
 }
 
-fn one() -> f64 {
-    1.0
-}
-
 /// One mode's held-out figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModeFigures {
@@ -56,10 +52,10 @@ pub struct ModeFigures {
     /// Share of tasks answered at all.
     pub answered: f64,
     /// Share of tasks whose oracle trace, in this mode, fits the turn budget: the most EM the
-    /// budget allows (a plan cut off by `max_tokens` is a format error, however right). Runs
-    /// recorded before it was reported read as 1.
-    #[serde(default = "one")]
-    pub ceiling: f64,
+    /// budget allows (a plan cut off by `max_tokens` is a format error, however right). None
+    /// where unknown (runs recorded before it was, or a tokenizer that failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<f64>,
     /// Tasks evaluated.
     pub tasks: usize,
     /// EM by task family.

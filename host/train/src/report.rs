@@ -290,14 +290,14 @@ pub fn summary(records: &[Record]) -> String {
             };
             let _ = writeln!(
                 out,
-                "{:<8} {:>13} {:>13} {:>13} {:>15} {:>13} {:>8.2}",
+                "{:<8} {:>13} {:>13} {:>13} {:>15} {:>13} {:>8}",
                 mode,
                 pair(|f| f.em),
                 pair(|f| f.f1),
                 pair(|f| f.turns),
                 pair(|f| f.format_error_rate),
                 pair(|f| f.answered),
-                a.ceiling
+                a.ceiling.map_or_else(|| "-".to_string(), |c| format!("{c:.2}"))
             );
         }
         let families: BTreeMap<&String, Vec<f64>> =

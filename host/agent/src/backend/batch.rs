@@ -462,9 +462,23 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                 Ok((generations, _)) => {
                     for (&i, g) in group.iter().zip(generations) {
                         let r = &mut running[i];
+                        let before = r.output.len();
                         r.output.extend(g.output_ids);
                         r.logprobs.extend(g.logprobs);
-                        if g.finish_reason != FinishReason::Length {
+                        // A chunk sees only its own tokens: the loop stop looks at the whole
+                        // output, token by token, and ends it where one uninterrupted
+                        // generation would have.
+                        let looped = (params.stop_loops && params.temperature == 0.0)
+                            .then(|| {
+                                (before + 1..=r.output.len())
+                                    .find(|&n| toolsmith_policy::sampling::loops(&r.output[..n]))
+                            })
+                            .flatten();
+                        if let Some(n) = looped {
+                            r.output.truncate(n);
+                            r.logprobs.truncate(n);
+                            r.finish = Some(FinishReason::Length);
+                        } else if g.finish_reason != FinishReason::Length {
                             r.finish = Some(g.finish_reason);
                         } else if r.output.len() >= r.budget {
                             r.finish = Some(FinishReason::Length);

@@ -143,7 +143,8 @@ pub struct GenerateOptions {
     #[serde(default = "one")]
     pub repetition_penalty: f64,
     /// Greedy turns that fall into an exact loop end there, as if cut by `max_tokens`
-    /// (`SamplingParams::stop_loops`; evaluation sets it).
+    /// (`SamplingParams::stop_loops`; evaluation sets it). Only the local policy's backends
+    /// honour it; remote engines decode as they do.
     #[serde(default)]
     pub stop_loops: bool,
 }

@@ -345,8 +345,10 @@ impl RlConfig {
                 ..EvalConfig::smol()
             }),
             // An iteration takes 2-2.7 minutes here, most of it decoding 32 episodes, and an
-            // evaluation 1-2: ten ran in 23-28 minutes (BENCHMARKS.md). Six at lr 2e-5 moved
-            // held-out EM by 0.03 and format errors hardly at all.
+            // evaluation 1-2 at 128-token turns: ten ran in 20-29 minutes (BENCHMARKS.md). The
+            // evaluations' 256-token turns cost an SFT checkpoint about 1.5x that (not yet timed
+            // in this preset). Six at lr 2e-5 moved held-out EM by 0.03 and format errors hardly
+            // at all.
             iterations: 10,
             tasks_per_iteration: 4,
             group_size: 8,
