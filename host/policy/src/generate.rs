@@ -380,9 +380,7 @@ impl Policy {
                     seq.finish = Some(FinishReason::Eos);
                 } else if params.stop_token_ids.contains(&token) {
                     seq.finish = Some(FinishReason::StopToken);
-                } else if seq.output.len() == params.max_new_tokens
-                    || (params.stop_loops && params.temperature == 0.0 && crate::sampling::loops(&seq.output))
-                {
+                } else if seq.output.len() == params.max_new_tokens || params.ends_in_loop(&seq.output) {
                     seq.finish = Some(FinishReason::Length);
                 }
                 let needs_text = longest_stop > 0 || on_token.is_some();

@@ -73,6 +73,11 @@ impl SamplingParams {
         Self { max_new_tokens, ..Self::default() }
     }
 
+    /// Whether these settings end `output` for looping ([`SamplingParams::stop_loops`]).
+    pub fn ends_in_loop(&self, output: &[i64]) -> bool {
+        self.stop_loops && self.temperature == 0.0 && loops(output)
+    }
+
     pub fn validate(&self) -> Result<(), PolicyError> {
         let bad = |message: String| Err(PolicyError::Sampling(message));
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {

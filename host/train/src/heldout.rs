@@ -135,26 +135,29 @@ impl HeldOut {
     }
 
     fn measure_ceiling(&self, mode: Mode, policy: &Policy) -> Option<f64> {
-        let tokenizer = Arc::new(policy.tokenizer().clone());
-        let needed = match oracle_budgets(&self.tasks, mode, &tokenizer) {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!("cannot measure the oracle's turns: {e}");
-                return None;
-            }
-        };
         let budget = self.config.max_tokens;
-        let cut = needed.iter().filter(|&&n| n > budget).count();
-        if cut > 0 {
-            let longest = needed.iter().max().copied().unwrap_or(0);
+        let (fits, longest) = budget_fit(&self.tasks, mode, policy, budget)?;
+        if fits < 1.0 {
             tracing::warn!(
-                "held-out {mode}: the oracle's own trace needs a turn longer than max_tokens ({budget}) on {cut} \
-                 of {} tasks (the longest {longest} tokens), so EM cannot pass {:.2}",
-                needed.len(),
-                ceiling(&needed, budget)
+                "held-out {mode}: the oracle's own trace needs a turn longer than max_tokens ({budget}) on \
+                 {:.0}% of the tasks (the longest {longest} tokens), so EM cannot pass {fits:.2}",
+                100.0 * (1.0 - fits)
             );
         }
-        Some(ceiling(&needed, budget))
+        Some(fits)
+    }
+}
+
+/// How `max_tokens` fits the oracle's traces of `tasks` in `mode`, in `policy`'s tokens: the
+/// share of tasks that fit ([`ceiling`]) and the longest turn any needs; None (warned about)
+/// when the tokenizer fails.
+pub fn budget_fit(tasks: &[Task], mode: Mode, policy: &Policy, max_tokens: usize) -> Option<(f64, usize)> {
+    match oracle_budgets(tasks, mode, &Arc::new(policy.tokenizer().clone())) {
+        Ok(needed) => Some((ceiling(&needed, max_tokens), needed.iter().max().copied().unwrap_or(0))),
+        Err(e) => {
+            tracing::warn!("cannot measure the oracle's turns: {e}");
+            None
+        }
     }
 }
 

@@ -468,12 +468,7 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                         // A chunk sees only its own tokens: the loop stop looks at the whole
                         // output, token by token, and ends it where one uninterrupted
                         // generation would have.
-                        let looped = (params.stop_loops && params.temperature == 0.0)
-                            .then(|| {
-                                (before + 1..=r.output.len())
-                                    .find(|&n| toolsmith_policy::sampling::loops(&r.output[..n]))
-                            })
-                            .flatten();
+                        let looped = (before + 1..=r.output.len()).find(|&n| params.ends_in_loop(&r.output[..n]));
                         if let Some(n) = looped {
                             r.output.truncate(n);
                             r.logprobs.truncate(n);

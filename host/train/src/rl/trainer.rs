@@ -11,14 +11,14 @@ use std::time::Instant;
 
 use toolsmith_agent::Trajectory;
 use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, CompletionsBackend};
-use toolsmith_agent::env::{Corpus, World};
+use toolsmith_agent::env::{Corpus, Task, World};
 use toolsmith_agent::simulate::ToolActor;
 use toolsmith_agent::tools::{CREATE_TOOL, Executor};
 use toolsmith_policy::{Policy, SamplingParams};
 
 use crate::TrainError;
 use crate::checkpoint::RunDir;
-use crate::heldout::{HeldOut, ToolsFor, ceiling, oracle_budgets};
+use crate::heldout::{HeldOut, ToolsFor, budget_fit};
 use crate::metrics::{IterationMetrics, Record};
 use crate::optim::Schedule;
 use crate::rl::config::RlConfig;
@@ -288,25 +288,15 @@ impl Unit for RlUnit {
 /// method's mode: those episodes fail on format whatever the policy knows, so their groups teach
 /// only brevity (a parallel plan of 3-4 lookups takes 180-260 SmolLM2 tokens).
 fn warn_if_cut(worlds: &[TrainWorld], config: &RlConfig, policy: &Policy) {
-    let tokenizer = Arc::new(policy.tokenizer().clone());
-    let mut needed = Vec::new();
-    for world in worlds {
-        match oracle_budgets(&world.tasks, config.method.mode(), &tokenizer) {
-            Ok(n) => needed.extend(n),
-            Err(e) => {
-                tracing::warn!("cannot measure the oracle's turns: {e}");
-                return;
-            }
-        }
-    }
-    let fits = ceiling(&needed, config.max_tokens);
-    if fits < 1.0 {
+    let tasks: Vec<Task> = worlds.iter().flat_map(|w| w.tasks.iter().cloned()).collect();
+    if let Some((fits, longest)) = budget_fit(&tasks, config.method.mode(), policy, config.max_tokens)
+        && fits < 1.0
+    {
         tracing::warn!(
             "the oracle's trace of {:.0}% of the training tasks needs a turn longer than max_tokens ({}; the \
-             longest needs {})",
+             longest needs {longest})",
             100.0 * (1.0 - fits),
-            config.max_tokens,
-            needed.iter().max().copied().unwrap_or(0)
+            config.max_tokens
         );
     }
 }
