@@ -372,6 +372,17 @@ fn policy_init_info_and_generate() {
     let out = toolsmith(&["policy", "generate", model_arg, "--prompt", "hi", "--max-new-tokens", "5"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("tokens/s"), "{}", String::from_utf8_lossy(&out.stderr));
 
+    // `eval` with the checkpoint notes when the turn budget is below what the oracle's own turns
+    // need in its tokens (the budget, not the policy, then bounds the EM), and only then.
+    let eval = |max_tokens: &str| {
+        let args = ["eval", "--policy", model_arg, "--mode", "gap", "--limit", "2", "--max-turns", "1"];
+        ok(&toolsmith(&[&args[..], &["--max-tokens", max_tokens]].concat()))
+    };
+    let short = eval("8");
+    assert!(short.contains("ceiling 0.00: the oracle's own turns fit --max-tokens 8 on 0% of the tasks"), "{short}");
+    let roomy = eval("1024");
+    assert!(roomy.contains("mode gap") && !roomy.contains("ceiling"), "{roomy}");
+
     // Bad input: clear errors, non-zero exits.
     let bad = toolsmith(&["policy", "generate", model_arg, "--prompt", "x", "--top-p", "0"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("top_p"));

@@ -288,20 +288,34 @@ pub fn load_policy(spec: &str) -> Result<Policy> {
 
 /// The policy's backend for `episodes` agent loops running at once; the oracle answers `mode`'s
 /// traces.
-fn backend(args: &PolicyArgs, mode: Mode, tasks: &[Task], episodes: usize) -> Result<Arc<dyn Backend>> {
+fn backend(
+    args: &PolicyArgs,
+    mode: Mode,
+    tasks: &[Task],
+    episodes: usize,
+) -> Result<(Arc<dyn Backend>, Option<Tokenizer>)> {
     let p = args.policy.as_str();
     if p == "oracle" {
-        return Ok(Arc::new(Oracle::new(tasks, mode, tiny_tokenizer()?)));
+        return Ok((Arc::new(Oracle::new(tasks, mode, tiny_tokenizer()?)), None));
     }
     if p.starts_with("http://") || p.starts_with("https://") {
         let key = std::env::var(&args.api_key_env).ok().filter(|k| !k.is_empty());
-        return Ok(Arc::new(OpenAiBackend::new(p, &args.model, key)));
+        return Ok((Arc::new(OpenAiBackend::new(p, &args.model, key)), None));
     }
     let policy = load_policy(p).context("expected oracle, tiny, a checkpoint directory or a URL")?;
     // Episodes running at once (`eval --parallel`) have their turns decoded as one batch, each
     // with its own seed and its keys and values kept between turns.
     let batching = BatchConfig::for_episodes(episodes, args.max_turns, args.max_tokens, &policy);
-    Ok(Arc::new(BatchedBackend::new(Arc::new(Mutex::new(policy)), p, batching)))
+    let tokenizer = policy.tokenizer().clone();
+    Ok((Arc::new(BatchedBackend::new(Arc::new(Mutex::new(policy)), p, batching)), Some(tokenizer)))
+}
+
+/// The agents of `toolsmith eval` or `run`, one per mode; the local policy's tokenizer; the
+/// registry when retrieval is on.
+struct Agents {
+    agents: Vec<Agent>,
+    tokenizer: Option<Tokenizer>,
+    registry: Option<SharedRegistry>,
 }
 
 type SharedRegistry = Arc<Mutex<toolsmith_registry::Registry>>;
@@ -315,7 +329,7 @@ fn agents(
     tasks: &[Task],
     corpus: Arc<Corpus>,
     episodes: usize,
-) -> Result<(Vec<Agent>, Option<SharedRegistry>)> {
+) -> Result<Agents> {
     let mut modes: Vec<Mode> = Vec::with_capacity(args.modes.len());
     for name in &args.modes {
         let Some(mode) = Mode::parse(name) else {
@@ -343,7 +357,13 @@ fn agents(
         }
     };
     let registry = if args.retrieve { Some(open_registry(env)?) } else { None };
-    let shared = if args.policy == "oracle" { None } else { Some(backend(args, first, tasks, episodes)?) };
+    let (shared, tokenizer) = match args.policy.as_str() {
+        "oracle" => (None, None),
+        _ => {
+            let (b, t) = backend(args, first, tasks, episodes)?;
+            (Some(b), t)
+        }
+    };
     let mut agents = Vec::with_capacity(modes.len());
     for mode in modes {
         let config = AgentConfig {
@@ -365,7 +385,7 @@ fn agents(
         };
         let backend = match &shared {
             Some(b) => b.clone(),
-            None => backend(args, mode, tasks, episodes)?,
+            None => backend(args, mode, tasks, episodes)?.0,
         };
         let mut agent = Agent::new(backend, tools.clone(), config);
         if let Some(r) = &registry {
@@ -373,7 +393,7 @@ fn agents(
         }
         agents.push(agent);
     }
-    Ok((agents, registry))
+    Ok(Agents { agents, tokenizer, registry })
 }
 
 /// The registry, with the host's search tool as a node of the graph: retrievable, and an end of
@@ -422,7 +442,8 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
         bail!("no tasks to evaluate");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start tokio")?;
-    let (agents, mut registry) = agents(env, &runtime, &args.policy, &tasks, corpus, args.parallel)?;
+    let Agents { agents, tokenizer, mut registry } =
+        agents(env, &runtime, &args.policy, &tasks, corpus, args.parallel)?;
     if args.record.is_some() && registry.is_none() {
         registry = Some(open_registry(env)?);
     }
@@ -481,6 +502,9 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
                 println!();
             }
             print!("{}", report.table());
+            if let Some(t) = &tokenizer {
+                print_ceiling(&tasks, report.mode, t, args.policy.max_tokens);
+            }
             let peaks = peak_by_objectives(report);
             if peaks.len() > 1 {
                 let row: Vec<String> = peaks.iter().map(|(k, v)| format!("{k}: {v:.0}")).collect();
@@ -489,6 +513,25 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Notes, under a mode's table, the share of the tasks whose oracle trace fits the turn budget in
+/// the policy's tokens, when it is below 1: the budget, not the policy, then bounds the EM.
+fn print_ceiling(tasks: &[Task], mode: Mode, tokenizer: &Tokenizer, max_tokens: usize) {
+    match toolsmith_train::heldout::oracle_budgets(tasks, mode, &Arc::new(tokenizer.clone())) {
+        Ok(needed) => {
+            let ceiling = toolsmith_train::heldout::ceiling(&needed, max_tokens);
+            if ceiling < 1.0 {
+                let longest = needed.iter().max().copied().unwrap_or(0);
+                println!(
+                    "ceiling {ceiling:.2}: the oracle's own turns fit --max-tokens {max_tokens} on {:.0}% of the \
+                     tasks (the longest needs {longest})",
+                    100.0 * ceiling
+                );
+            }
+        }
+        Err(e) => tracing::warn!("cannot measure the oracle's turns: {e}"),
+    }
 }
 
 /// Reports keyed by their mode's name.
@@ -502,7 +545,7 @@ pub fn run(env: &Env, args: RunArgs) -> Result<ExitCode> {
     if args.policy.modes.len() > 1 {
         bail!("`run` answers in one mode: give --mode once");
     }
-    let (agents, registry) = agents(env, &runtime, &args.policy, &tasks, corpus, 1)?;
+    let Agents { agents, registry, .. } = agents(env, &runtime, &args.policy, &tasks, corpus, 1)?;
     let Some(agent) = agents.first() else { bail!("no mode given") };
     let trajectory = runtime.block_on(agent.run(&args.question));
     let reward = tasks

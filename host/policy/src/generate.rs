@@ -295,28 +295,37 @@ impl Policy {
             if padding > PER_ROW_PREFILL_PADDING && padding * 4 > b * suffix_len as i64 {
                 // Rows' new tokens differ much in number (one episode's observation is long,
                 // another's short): padding them to the longest would be most of the prefill's
-                // work, so each row prefills only its own (a row repeating an earlier row's
-                // prompt copies its keys and values).
+                // work, so each run of neighbouring rows with as many new tokens prefills on its
+                // own (under continuous batching, the rows resumed after a pause feed one token
+                // each: one pass for all of them), and a row repeating an earlier row's prompt
+                // copies its keys and values.
                 let mut last: Vec<Tensor> = Vec::with_capacity(batch);
-                for (i, &n) in new.iter().enumerate() {
-                    let earlier = first[row_of[i] as usize] as usize;
-                    if earlier != i {
+                let repeats = |i: usize| first[row_of[i] as usize] as usize != i;
+                let mut i = 0;
+                while i < batch {
+                    if repeats(i) {
+                        let earlier = first[row_of[i] as usize] as usize;
                         cache.copy_row(earlier as i64, i as i64);
                         last.push(last[earlier].shallow_clone());
+                        i += 1;
                         continue;
                     }
-                    let (row, from) = (i as i64, suffix_len as i64 - n);
+                    let n = new[i];
+                    let end = (i + 1..batch).find(|&j| new[j] != n || repeats(j)).unwrap_or(batch);
+                    let (row, rows, from) = (i as i64, (end - i) as i64, suffix_len as i64 - n);
                     let past = prompt_len - n;
-                    let mask = AttentionMask::with_padding(&prompt_valid.narrow(0, row, 1), past, n);
-                    let mut view = cache.rows_view(row, 1, past);
+                    let mask = AttentionMask::with_padding(&prompt_valid.narrow(0, row, rows), past, n);
+                    let mut view = cache.rows_view(row, rows, past);
                     let hidden = model.forward_with(
-                        &ids.narrow(0, row, 1).narrow(1, from, n),
-                        &positions.narrow(0, row, 1).narrow(1, from, n),
+                        &ids.narrow(0, row, rows).narrow(1, from, n),
+                        &positions.narrow(0, row, rows).narrow(1, from, n),
                         &mask,
                         Some(&mut view),
                         fused,
                     );
-                    last.push(hidden.select(1, -1));
+                    let hidden = hidden.select(1, -1);
+                    last.extend((0..rows).map(|r| hidden.narrow(0, r, 1)));
+                    i = end;
                 }
                 cache.set_len(prompt_len);
                 (cache, model.logits(&Tensor::cat(&last, 0)))

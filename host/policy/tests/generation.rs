@@ -300,25 +300,28 @@ fn a_prefix_cache_prefills_only_new_tokens_and_changes_no_draw() {
 
 #[test]
 fn rows_with_very_different_new_tokens_prefill_one_by_one_and_change_no_draw() {
-    // Turn 2 of four episodes: one brings a long observation, the others a few tokens, and two
+    // Turn 2 of five episodes: one brings a long observation, the others a few tokens, and two
     // are the same prompt. Padding every row to the long one would be most of the prefill, so
-    // each row prefills its own new tokens (the repeated one copies its twin's keys and values);
-    // the tokens and log-probs are those of decoding without any cache.
+    // each row prefills its own new tokens, neighbours with as many new tokens in one pass (rows
+    // 2 and 3), and the repeated one copies its twin's keys and values; the tokens and log-probs
+    // are those of decoding without any cache.
     let policy = common::tiny(4);
     let tokenizer = policy.tokenizer().clone();
     let mut first = prompts(&policy);
+    first.push(tokenizer.encode("<|im_start|>user\nWho founded it?<|im_end|>\n").expect("encode"));
     first.push(first[2].clone());
     let params = SamplingParams { max_new_tokens: 8, ..SamplingParams::default() };
     let mut cache = PrefixCache::new(64 << 20);
     let (turn1, _) = policy.generate_with_prefix(&first, &params, None, None, &mut cache).expect("turn 1");
     let long = format!("<observation>{}</observation>", "Arlington, Virginia. ".repeat(150));
-    let observations = [long.as_str(), "<observation>42</observation>", "ok", "ok"];
+    let observations = [long.as_str(), "<observation>42</observation>", "ok", "ok", "ok"];
     let second: Vec<Vec<i64>> = turn1
         .iter()
         .zip(observations)
         .map(|(g, o)| [g.prompt_ids.clone(), g.output_ids.clone(), tokenizer.encode(o).expect("encode")].concat())
         .collect();
-    assert_eq!(second[2], second[3]);
+    assert_eq!(second[2], second[4]);
+    assert_ne!(second[2], second[3]);
     let new = second[0].len() - turn1[0].prompt_ids.len() - turn1[0].output_ids.len();
     assert!(new > 1100, "the long observation is {new} tokens");
     let before = cache.stats();
@@ -330,9 +333,9 @@ fn rows_with_very_different_new_tokens_prefill_one_by_one_and_change_no_draw() {
             assert!((x - y).abs() < 1e-4, "episode {i}: {x} vs {y}");
         }
     }
-    assert_eq!(cache.stats().hits - before.hits, 4);
+    assert_eq!(cache.stats().hits - before.hits, 5);
     // The twins decode alike.
-    assert_eq!(cached[2].output_ids, cached[3].output_ids);
+    assert_eq!(cached[2].output_ids, cached[4].output_ids);
 }
 
 #[test]

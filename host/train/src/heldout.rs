@@ -93,8 +93,9 @@ impl HeldOut {
             &toolsmith_contract::sync::lock(policy),
         );
         let backend = Arc::new(BatchedBackend::new(policy.clone(), "training", batching));
-        // Modes one after another: side by side (`evaluate_all`) measured no faster here (437 s
-        // against 428 s for the `smol-world` evaluation; BENCHMARKS.md).
+        // Modes one after another: side by side (`evaluate_all`) measured slower here (437 s
+        // against 428 s, and 617 s against 530-583 s at 256-token turns, for the `smol-world`
+        // evaluation; BENCHMARKS.md): rows of different modes and turns pad to the longest.
         let mut modes = BTreeMap::new();
         for &mode in &self.config.modes {
             let config = AgentConfig {
