@@ -518,19 +518,14 @@ pub fn eval(env: &Env, args: EvalArgs) -> Result<ExitCode> {
 /// Notes, under a mode's table, the share of the tasks whose oracle trace fits the turn budget in
 /// the policy's tokens, when it is below 1: the budget, not the policy, then bounds the EM.
 fn print_ceiling(tasks: &[Task], mode: Mode, tokenizer: &Tokenizer, max_tokens: usize) {
-    match toolsmith_train::heldout::oracle_budgets(tasks, mode, &Arc::new(tokenizer.clone())) {
-        Ok(needed) => {
-            let ceiling = toolsmith_train::heldout::ceiling(&needed, max_tokens);
-            if ceiling < 1.0 {
-                let longest = needed.iter().max().copied().unwrap_or(0);
-                println!(
-                    "ceiling {ceiling:.2}: the oracle's own turns fit --max-tokens {max_tokens} on {:.0}% of the \
-                     tasks (the longest needs {longest})",
-                    100.0 * ceiling
-                );
-            }
-        }
-        Err(e) => tracing::warn!("cannot measure the oracle's turns: {e}"),
+    if let Some((ceiling, longest)) = toolsmith_train::heldout::budget_fit(tasks, mode, tokenizer, max_tokens)
+        && ceiling < 1.0
+    {
+        println!(
+            "ceiling {ceiling:.2}: the oracle's own turns fit --max-tokens {max_tokens} on {:.0}% of the tasks \
+             (the longest needs {longest})",
+            100.0 * ceiling
+        );
     }
 }
 

@@ -137,7 +137,7 @@ impl HeldOut {
 
     fn measure_ceiling(&self, mode: Mode, policy: &Policy) -> Option<f64> {
         let budget = self.config.max_tokens;
-        let (fits, longest) = budget_fit(&self.tasks, mode, policy, budget)?;
+        let (fits, longest) = budget_fit(&self.tasks, mode, policy.tokenizer(), budget)?;
         if fits < 1.0 {
             tracing::warn!(
                 "held-out {mode}: the oracle's own trace needs a turn longer than max_tokens ({budget}) on \
@@ -149,11 +149,11 @@ impl HeldOut {
     }
 }
 
-/// How `max_tokens` fits the oracle's traces of `tasks` in `mode`, in `policy`'s tokens: the
+/// How `max_tokens` fits the oracle's traces of `tasks` in `mode`, in `tokenizer`'s tokens: the
 /// share of tasks that fit ([`ceiling`]) and the longest turn any needs; None (warned about)
 /// when the tokenizer fails.
-pub fn budget_fit(tasks: &[Task], mode: Mode, policy: &Policy, max_tokens: usize) -> Option<(f64, usize)> {
-    match oracle_budgets(tasks, mode, &Arc::new(policy.tokenizer().clone())) {
+pub fn budget_fit(tasks: &[Task], mode: Mode, tokenizer: &Tokenizer, max_tokens: usize) -> Option<(f64, usize)> {
+    match oracle_budgets(tasks, mode, &Arc::new(tokenizer.clone())) {
         Ok(needed) => Some((ceiling(&needed, max_tokens), needed.iter().max().copied().unwrap_or(0))),
         Err(e) => {
             tracing::warn!("cannot measure the oracle's turns: {e}");

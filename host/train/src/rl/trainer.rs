@@ -289,7 +289,7 @@ impl Unit for RlUnit {
 /// only brevity (a parallel plan of 3-4 lookups takes 180-260 SmolLM2 tokens).
 fn warn_if_cut(worlds: &[TrainWorld], config: &RlConfig, policy: &Policy) {
     let tasks: Vec<Task> = worlds.iter().flat_map(|w| w.tasks.iter().cloned()).collect();
-    if let Some((fits, longest)) = budget_fit(&tasks, config.method.mode(), policy, config.max_tokens)
+    if let Some((fits, longest)) = budget_fit(&tasks, config.method.mode(), policy.tokenizer(), config.max_tokens)
         && fits < 1.0
     {
         tracing::warn!(
