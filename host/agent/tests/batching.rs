@@ -179,3 +179,21 @@ async fn a_looping_greedy_answer_ends_where_it_starts_to_loop_across_pauses_too(
     }
     assert!(looped > 0, "no prompt made the tiny model loop: the test needs one that does");
 }
+
+/// A sampled answer decoded in chunks (a pause after every token) draws what it draws alone:
+/// each chunk's sampler starts past the tokens already drawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampled_answer_decoded_in_chunks_draws_what_it_draws_alone() {
+    let policy = Arc::new(Mutex::new(
+        Policy::tiny(3, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
+            .expect("tiny policy"),
+    ));
+    let alone = LocalBackend::shared(policy.clone(), "tiny");
+    let sampled = GenerateOptions { max_tokens: 40, temperature: 1.0, seed: 11, ..GenerateOptions::default() };
+    let sampled_alone = alone.complete(&[Message::user(QUESTIONS[3])], &sampled).await.expect("alone");
+    assert!(ids(&sampled_alone).len() > 10, "{:?}", sampled_alone.text);
+    let tokenwise =
+        BatchedBackend::new(policy.clone(), "tiny", BatchConfig { join_every: 1, ..BatchConfig::default() });
+    let (chunked, _) = tokenwise.complete_with_step(&[Message::user(QUESTIONS[3])], &sampled).await.expect("chunked");
+    assert_eq!((ids(&chunked), chunked.text), (ids(&sampled_alone), sampled_alone.text));
+}

@@ -115,7 +115,7 @@ impl Policy {
         if seeds.len() != prompts.len() {
             return Err(PolicyError::Sampling(format!("{} seeds for {} prompts", seeds.len(), prompts.len())));
         }
-        self.generate_inner(prompts, params, Some(seeds), None, None, None)
+        self.generate_inner(prompts, params, Some(seeds), None, None, None, None)
     }
 
     /// [`Policy::generate`] (with a seed per prompt when `seeds` is given, as
@@ -136,7 +136,31 @@ impl Policy {
         {
             return Err(PolicyError::Sampling(format!("{} seeds for {} prompts", seeds.len(), prompts.len())));
         }
-        self.generate_inner(prompts, params, seeds, on_token, None, Some(prefix))
+        self.generate_inner(prompts, params, seeds, on_token, None, Some(prefix), None)
+    }
+
+    /// [`Policy::generate_with_prefix`] for continuous batching, where a request's answer is
+    /// decoded over several calls. Row `i` continues an answer that has already drawn
+    /// `drawn[i]` tokens (its prompt ends with them): its sampler starts past those draws, so
+    /// the tokens are those one uninterrupted call draws (its keys and values are found in
+    /// `prefix`, so it feeds only its last token again).
+    pub fn generate_resumable(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+        seeds: &[u64],
+        drawn: &[usize],
+        prefix: &mut PrefixCache,
+    ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
+        if seeds.len() != prompts.len() || drawn.len() != prompts.len() {
+            return Err(PolicyError::Sampling(format!(
+                "{} seeds and {} draw counts for {} prompts",
+                seeds.len(),
+                drawn.len(),
+                prompts.len()
+            )));
+        }
+        self.generate_inner(prompts, params, Some(seeds), None, None, Some(prefix), Some(drawn))
     }
 
     /// [`Policy::generate`] under a [`Constraint`]. Log-probs are those of the unconstrained
@@ -148,9 +172,11 @@ impl Policy {
         on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
         constraint: Option<&mut dyn Constraint>,
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
-        self.generate_inner(prompts, params, None, on_token, constraint, None)
+        self.generate_inner(prompts, params, None, on_token, constraint, None, None)
     }
 
+    // The one body behind every public form, each of which fills a different subset.
+    #[allow(clippy::too_many_arguments)]
     fn generate_inner(
         &self,
         prompts: &[Vec<i64>],
@@ -159,6 +185,7 @@ impl Policy {
         mut on_token: Option<&mut dyn FnMut(TokenEvent<'_>)>,
         mut constraint: Option<&mut dyn Constraint>,
         mut prefix: Option<&mut PrefixCache>,
+        drawn: Option<&[usize]>,
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
         params.validate()?;
         let vocab = self.model().spec().vocab_size;
@@ -198,7 +225,11 @@ impl Policy {
                 logprobs: Vec::new(),
                 seen: p.clone(),
                 // Sampler i draws from seed + stream: a stream that lands on the request's seed.
-                sampler: Sampler::new(params, seeds.map_or(i as u64, |s| s[i].wrapping_sub(params.seed))),
+                sampler: {
+                    let mut sampler = Sampler::new(params, seeds.map_or(i as u64, |s| s[i].wrapping_sub(params.seed)));
+                    sampler.skip(drawn.map_or(0, |d| d[i]));
+                    sampler
+                },
                 finish: None,
                 streamed: 0,
                 stop_at: None,
@@ -219,7 +250,7 @@ impl Policy {
             let distinct = prompts.iter().any(|p| p != &prompts[0]);
             if distinct && shared >= SHARED_PREFIX_MIN && cache.longest(&prompts[0][..shared]) < shared - 1 {
                 let once = SamplingParams { max_new_tokens: 1, temperature: 0.0, ..SamplingParams::default() };
-                self.generate_inner(&[prompts[0][..shared].to_vec()], &once, None, None, None, Some(cache))?;
+                self.generate_inner(&[prompts[0][..shared].to_vec()], &once, None, None, None, Some(cache), None)?;
             }
         }
         // Tokens each prompt takes from the prefix cache (its cached keys and values).

@@ -165,6 +165,16 @@ impl Sampler {
         }
     }
 
+    /// Moves past `draws` draws, as if that many tokens had been sampled (each sampled token
+    /// takes one uniform draw): a generation resumed after a pause draws what it would have.
+    pub fn skip(&mut self, draws: usize) {
+        if self.params.temperature > 0.0 {
+            for _ in 0..draws {
+                let _: f64 = self.rng.random();
+            }
+        }
+    }
+
     /// [`Sampler::next`] and the drawn token's [`log_prob`] under the raw row, bit for bit, in one
     /// pass over the vocabulary where plain temperature sampling allows it (the exponentials of
     /// a 49 k vocabulary, three passes before, were most of a batched GPU decode step).

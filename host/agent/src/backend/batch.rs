@@ -14,13 +14,13 @@
 //! running batch pauses every `join_every` tokens, requests that arrived meanwhile join it, and
 //! finished ones leave, so a new request waits for a few tokens, not for the longest answer in
 //! flight. A paused sequence resumes from the prefix cache (its keys and values are kept, only the
-//! last token is fed again).
+//! last token is fed again, and a sampled one draws what it would have drawn uninterrupted).
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use toolsmith_policy::{FinishReason, Generation, Policy, PrefixCache};
+use toolsmith_policy::{FinishReason, Generation, Policy, PrefixCache, SamplingParams, Tokenizer};
 
 use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message};
 
@@ -39,6 +39,8 @@ pub enum Prompt {
 /// weights that finished it.
 type Finished = (Generation, Option<i64>, u64);
 
+type Reply = tokio::sync::oneshot::Sender<Result<Finished, BackendError>>;
+
 /// Where a streaming request's text goes, piece by piece, as it becomes final.
 pub type TextStream = tokio::sync::mpsc::UnboundedSender<String>;
 
@@ -46,7 +48,7 @@ struct Job {
     prompt: Prompt,
     stream: Option<TextStream>,
     options: GenerateOptions,
-    reply: tokio::sync::oneshot::Sender<Result<Finished, BackendError>>,
+    reply: Reply,
 }
 
 /// A local policy that decodes concurrent requests as batches.
@@ -313,7 +315,10 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
 
 /// A request in the running batch of [`continuous`].
 struct Running {
-    job: Job,
+    options: GenerateOptions,
+    stream: Option<TextStream>,
+    /// Taken when the request is answered.
+    reply: Option<Reply>,
     prompt: Vec<i64>,
     output: Vec<i64>,
     logprobs: Vec<f64>,
@@ -322,6 +327,72 @@ struct Running {
     finish: Option<FinishReason>,
     /// Bytes of the text already streamed.
     sent: usize,
+}
+
+impl Running {
+    fn answer(&mut self, answer: Result<Finished, BackendError>) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(answer);
+        }
+    }
+
+    /// Takes in a chunk's tokens and whether they finished the answer.
+    fn extend(&mut self, output: &[i64], logprobs: &[f64], reason: FinishReason, params: &SamplingParams) {
+        let before = self.output.len();
+        self.output.extend_from_slice(output);
+        self.logprobs.extend_from_slice(logprobs);
+        // A chunk sees only its own tokens: the loop stop looks at the whole output, token by
+        // token, and ends it where one uninterrupted generation would have.
+        let looped = (before + 1..=self.output.len()).find(|&n| params.ends_in_loop(&self.output[..n]));
+        if let Some(n) = looped {
+            self.output.truncate(n);
+            self.logprobs.truncate(n);
+            self.finish = Some(FinishReason::Length);
+        } else if reason != FinishReason::Length {
+            self.finish = Some(reason);
+        } else if self.output.len() >= self.budget {
+            self.finish = Some(FinishReason::Length);
+        }
+    }
+
+    /// Streams what has become final and answers the request if it is finished (an end token,
+    /// the budget, or a stop string, which may span chunks); false while it runs on.
+    fn settle(&mut self, tokenizer: &Tokenizer, end_of_turn: Option<i64>, step: u64) -> bool {
+        let text = match decoded(tokenizer, self) {
+            Ok(t) => t,
+            Err(e) => {
+                self.answer(Err(BackendError::Join(format!("cannot decode the output: {e}"))));
+                return true;
+            }
+        };
+        let stop = first_stop(&text, &self.options.stop);
+        let finish = if stop.is_some() { Some(FinishReason::StopString) } else { self.finish };
+        if let Some(stream) = &self.stream {
+            let end = match (finish, stop) {
+                (_, Some(at)) => at,
+                (Some(_), None) => text.len(),
+                (None, None) => streamable(&text, &self.options.stop),
+            };
+            if let Some(piece) = text.get(self.sent..end).filter(|p| !p.is_empty()) {
+                let _ = stream.send(piece.to_string());
+                self.sent = end;
+            }
+        }
+        let Some(finish_reason) = finish else { return false };
+        let mut text = text;
+        if let Some(at) = stop {
+            text.truncate(at);
+        }
+        let generation = Generation {
+            prompt_ids: std::mem::take(&mut self.prompt),
+            output_ids: std::mem::take(&mut self.output),
+            text,
+            finish_reason,
+            logprobs: std::mem::take(&mut self.logprobs),
+        };
+        self.answer(Ok((generation, end_of_turn, step)));
+        true
+    }
 }
 
 /// How much of an unfinished answer's text is final: not a trailing partial character (decoded
@@ -349,8 +420,8 @@ fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
 /// The output's text; once it holds a stop string, the output (ids and log-probs) ends at the
 /// token that completed it, as in one uninterrupted generation (a stop string that straddles a
 /// pause is only seen here, after the chunk ran on).
-fn decoded(tokenizer: &toolsmith_policy::Tokenizer, r: &mut Running) -> Result<String, String> {
-    let stops = &r.job.options.stop;
+fn decoded(tokenizer: &Tokenizer, r: &mut Running) -> Result<String, String> {
+    let stops = &r.options.stop;
     let text = tokenizer.decode(&r.output).map_err(|e| e.to_string())?;
     if first_stop(&text, stops).is_none() {
         return Ok(text);
@@ -395,8 +466,11 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
             Ok(t) => t,
             Err(e) => {
                 let message = e.to_string();
-                for job in arrived.into_iter().chain(running.drain(..).map(|r| r.job)) {
+                for job in arrived {
                     let _ = job.reply.send(Err(BackendError::Template(message.clone())));
+                }
+                for mut r in running.drain(..) {
+                    r.answer(Err(BackendError::Template(message.clone())));
                 }
                 continue;
             }
@@ -410,7 +484,9 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                 Ok(ids) => {
                     let budget = job.options.max_tokens.min(context - ids.len());
                     running.push(Running {
-                        job,
+                        options: job.options,
+                        stream: job.stream,
+                        reply: Some(job.reply),
                         prompt: ids,
                         output: Vec::new(),
                         logprobs: Vec::new(),
@@ -429,55 +505,46 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
         let mut failed: Vec<Option<String>> = vec![None; running.len()];
         let mut keys: Vec<GenerateOptions> = Vec::new();
         for r in running.iter().filter(|r| r.finish.is_none()) {
-            let key = sampling_key(&r.job.options);
+            let key = sampling_key(&r.options);
             if !keys.contains(&key) {
                 keys.push(key);
             }
         }
+        let step = policy.state().step;
+        let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
         for key in keys {
             let group: Vec<usize> = (0..running.len())
-                .filter(|&i| running[i].finish.is_none() && sampling_key(&running[i].job.options) == key)
+                .filter(|&i| running[i].finish.is_none() && sampling_key(&running[i].options) == key)
                 .collect();
             let left = group.iter().map(|&i| running[i].budget - running[i].output.len()).min().unwrap_or(1);
-            let mut params = key.sampling(left.min(config.join_every).max(1));
-            params.max_new_tokens = left.min(config.join_every).max(1);
+            let chunk = if config.join_every == 0 { left } else { left.min(config.join_every) };
+            let mut params = key.sampling(chunk.max(1));
+            params.max_new_tokens = chunk.max(1);
             let prompts: Vec<Vec<i64>> =
                 group.iter().map(|&i| running[i].prompt.iter().chain(&running[i].output).copied().collect()).collect();
-            // The first chunk samples with the request's own seed, as alone; later chunks with a
-            // seed moved on by the tokens already drawn.
-            let seeds: Vec<u64> = group
-                .iter()
-                .map(|&i| {
-                    let r = &running[i];
-                    r.job.options.seed.wrapping_add((r.output.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-                })
-                .collect();
-            match policy.generate_with_prefix(
+            // Each request samples with its own seed, past the tokens it has drawn in earlier
+            // chunks: what it would draw alone.
+            let seeds: Vec<u64> = group.iter().map(|&i| running[i].options.seed).collect();
+            let drawn: Vec<usize> = group.iter().map(|&i| running[i].output.len()).collect();
+            let decoded = policy.generate_resumable(
                 &prompts,
                 &params,
-                Some(&seeds),
-                None,
+                &seeds,
+                &drawn,
                 &mut toolsmith_contract::sync::lock(prefix),
-            ) {
-                Ok((generations, _)) => {
+            );
+            match decoded {
+                Ok((generations, stats)) => {
+                    tracing::debug!(
+                        rows = prompts.len(),
+                        prompt_tokens = stats.prompt_tokens,
+                        generated = stats.generated_tokens,
+                        prefill_s = stats.prefill_secs,
+                        decode_s = stats.decode_secs,
+                        "decoded a chunk"
+                    );
                     for (&i, g) in group.iter().zip(generations) {
-                        let r = &mut running[i];
-                        let before = r.output.len();
-                        r.output.extend(g.output_ids);
-                        r.logprobs.extend(g.logprobs);
-                        // A chunk sees only its own tokens: the loop stop looks at the whole
-                        // output, token by token, and ends it where one uninterrupted
-                        // generation would have.
-                        let looped = (before + 1..=r.output.len()).find(|&n| params.ends_in_loop(&r.output[..n]));
-                        if let Some(n) = looped {
-                            r.output.truncate(n);
-                            r.logprobs.truncate(n);
-                            r.finish = Some(FinishReason::Length);
-                        } else if g.finish_reason != FinishReason::Length {
-                            r.finish = Some(g.finish_reason);
-                        } else if r.output.len() >= r.budget {
-                            r.finish = Some(FinishReason::Length);
-                        }
+                        running[i].extend(&g.output_ids, &g.logprobs, g.finish_reason, &params);
                     }
                 }
                 Err(e) => {
@@ -487,46 +554,16 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                 }
             }
         }
-        // Answer what finished: an end token, the budget, or a stop string (one may span chunks).
-        let step = policy.state().step;
-        let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
+        // Answer what finished.
         let mut still = Vec::with_capacity(running.len());
         for (mut r, failure) in running.into_iter().zip(failed) {
             if let Some(message) = failure {
-                let _ = r.job.reply.send(Err(BackendError::Join(message)));
+                r.answer(Err(BackendError::Join(message)));
                 continue;
             }
-            let text = match decoded(tokenizer, &mut r) {
-                Ok(t) => t,
-                Err(e) => {
-                    let _ = r.job.reply.send(Err(BackendError::Join(format!("cannot decode the output: {e}"))));
-                    continue;
-                }
-            };
-            let stop = first_stop(&text, &r.job.options.stop);
-            let finish = if stop.is_some() { Some(FinishReason::StopString) } else { r.finish };
-            if let Some(stream) = &r.job.stream {
-                let end = match (finish, stop) {
-                    (_, Some(at)) => at,
-                    (Some(_), None) => text.len(),
-                    (None, None) => streamable(&text, &r.job.options.stop),
-                };
-                if let Some(piece) = text.get(r.sent..end).filter(|p| !p.is_empty()) {
-                    let _ = stream.send(piece.to_string());
-                    r.sent = end;
-                }
-            }
-            let Some(finish_reason) = finish else {
+            if !r.settle(tokenizer, end_of_turn, step) {
                 still.push(r);
-                continue;
-            };
-            let mut text = text;
-            if let Some(at) = stop {
-                text.truncate(at);
             }
-            let generation =
-                Generation { prompt_ids: r.prompt, output_ids: r.output, text, finish_reason, logprobs: r.logprobs };
-            let _ = r.job.reply.send(Ok((generation, end_of_turn, step)));
         }
         running = still;
     }
