@@ -19,6 +19,12 @@ const QUESTIONS: [&str; 6] = [
     "Who founded the city of Keltis?",
 ];
 
+/// The tiny policy in f32, shared as the backends take it.
+fn tiny(seed: u64) -> Arc<Mutex<Policy>> {
+    let options = LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() };
+    Arc::new(Mutex::new(Policy::tiny(seed, options).expect("tiny policy")))
+}
+
 fn options(i: usize) -> GenerateOptions {
     GenerateOptions { max_tokens: 6 + 5 * i, temperature: 0.0, ..GenerateOptions::default() }
 }
@@ -29,10 +35,7 @@ fn ids(c: &Completion) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_join_a_running_batch_and_answer_as_alone() {
-    let policy = Arc::new(Mutex::new(
-        Policy::tiny(3, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
-            .expect("tiny policy"),
-    ));
+    let policy = tiny(3);
     let alone = LocalBackend::shared(policy.clone(), "tiny");
     let mut expected = Vec::new();
     for (i, q) in QUESTIONS.iter().enumerate() {
@@ -127,10 +130,7 @@ async fn requests_join_a_running_batch_and_answer_as_alone() {
 /// emptied and its memory released; the next turn is prefilled whole and answers the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releasing_memory_empties_the_prefix_cache_and_changes_no_answer() {
-    let policy = Arc::new(Mutex::new(
-        Policy::tiny(5, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
-            .expect("tiny policy"),
-    ));
+    let policy = tiny(5);
     let alone = LocalBackend::shared(policy.clone(), "tiny");
     let config = BatchConfig { prefix_cache_bytes: 64 << 20, ..BatchConfig::default() };
     let batched = BatchedBackend::new(policy.clone(), "tiny", config);
@@ -154,10 +154,7 @@ async fn releasing_memory_empties_the_prefix_cache_and_changes_no_answer() {
 async fn a_looping_greedy_answer_ends_where_it_starts_to_loop_across_pauses_too() {
     use toolsmith_policy::FinishReason;
     use toolsmith_policy::sampling::loops;
-    let policy = Arc::new(Mutex::new(
-        Policy::tiny(3, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
-            .expect("tiny policy"),
-    ));
+    let policy = tiny(3);
     let free = GenerateOptions { max_tokens: 160, temperature: 0.0, stop: Vec::new(), ..GenerateOptions::default() };
     let stopping = GenerateOptions { stop_loops: true, ..free.clone() };
     let whole = BatchedBackend::new(policy.clone(), "tiny", BatchConfig::default());
@@ -184,10 +181,7 @@ async fn a_looping_greedy_answer_ends_where_it_starts_to_loop_across_pauses_too(
 /// each chunk's sampler starts past the tokens already drawn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sampled_answer_decoded_in_chunks_draws_what_it_draws_alone() {
-    let policy = Arc::new(Mutex::new(
-        Policy::tiny(3, LoadOptions { precision: Some(toolsmith_policy::Precision::F32), ..Default::default() })
-            .expect("tiny policy"),
-    ));
+    let policy = tiny(3);
     let alone = LocalBackend::shared(policy.clone(), "tiny");
     let sampled = GenerateOptions { max_tokens: 40, temperature: 1.0, seed: 11, ..GenerateOptions::default() };
     let sampled_alone = alone.complete(&[Message::user(QUESTIONS[3])], &sampled).await.expect("alone");

@@ -534,15 +534,7 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                 &mut toolsmith_contract::sync::lock(prefix),
             );
             match decoded {
-                Ok((generations, stats)) => {
-                    tracing::debug!(
-                        rows = prompts.len(),
-                        prompt_tokens = stats.prompt_tokens,
-                        generated = stats.generated_tokens,
-                        prefill_s = stats.prefill_secs,
-                        decode_s = stats.decode_secs,
-                        "decoded a chunk"
-                    );
+                Ok((generations, _)) => {
                     for (&i, g) in group.iter().zip(generations) {
                         running[i].extend(&g.output_ids, &g.logprobs, g.finish_reason, &params);
                     }
