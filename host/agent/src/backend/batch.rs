@@ -317,8 +317,7 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
 struct Running {
     options: GenerateOptions,
     stream: Option<TextStream>,
-    /// Taken when the request is answered.
-    reply: Option<Reply>,
+    reply: Reply,
     prompt: Vec<i64>,
     output: Vec<i64>,
     logprobs: Vec<f64>,
@@ -330,10 +329,8 @@ struct Running {
 }
 
 impl Running {
-    fn answer(&mut self, answer: Result<Finished, BackendError>) {
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send(answer);
-        }
+    fn answer(self, answer: Result<Finished, BackendError>) {
+        let _ = self.reply.send(answer);
     }
 
     /// Takes in a chunk's tokens and whether they finished the answer.
@@ -356,13 +353,13 @@ impl Running {
     }
 
     /// Streams what has become final and answers the request if it is finished (an end token,
-    /// the budget, or a stop string, which may span chunks); false while it runs on.
-    fn settle(&mut self, tokenizer: &Tokenizer, end_of_turn: Option<i64>, step: u64) -> bool {
-        let text = match decoded(tokenizer, self) {
+    /// the budget, or a stop string, which may span chunks); the request back while it runs on.
+    fn settle(mut self, tokenizer: &Tokenizer, end_of_turn: Option<i64>, step: u64) -> Option<Self> {
+        let text = match decoded(tokenizer, &mut self) {
             Ok(t) => t,
             Err(e) => {
                 self.answer(Err(BackendError::Join(format!("cannot decode the output: {e}"))));
-                return true;
+                return None;
             }
         };
         let stop = first_stop(&text, &self.options.stop);
@@ -378,20 +375,15 @@ impl Running {
                 self.sent = end;
             }
         }
-        let Some(finish_reason) = finish else { return false };
+        let Some(finish_reason) = finish else { return Some(self) };
         let mut text = text;
         if let Some(at) = stop {
             text.truncate(at);
         }
-        let generation = Generation {
-            prompt_ids: std::mem::take(&mut self.prompt),
-            output_ids: std::mem::take(&mut self.output),
-            text,
-            finish_reason,
-            logprobs: std::mem::take(&mut self.logprobs),
-        };
-        self.answer(Ok((generation, end_of_turn, step)));
-        true
+        let (prompt_ids, output_ids, logprobs) = (self.prompt, self.output, self.logprobs);
+        let generation = Generation { prompt_ids, output_ids, text, finish_reason, logprobs };
+        let _ = self.reply.send(Ok((generation, end_of_turn, step)));
+        None
     }
 }
 
@@ -469,7 +461,7 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                 for job in arrived {
                     let _ = job.reply.send(Err(BackendError::Template(message.clone())));
                 }
-                for mut r in running.drain(..) {
+                for r in running.drain(..) {
                     r.answer(Err(BackendError::Template(message.clone())));
                 }
                 continue;
@@ -486,7 +478,7 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                     running.push(Running {
                         options: job.options,
                         stream: job.stream,
-                        reply: Some(job.reply),
+                        reply: job.reply,
                         prompt: ids,
                         output: Vec::new(),
                         logprobs: Vec::new(),
@@ -510,30 +502,26 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                 keys.push(key);
             }
         }
-        let step = policy.state().step;
-        let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
         for key in keys {
             let group: Vec<usize> = (0..running.len())
                 .filter(|&i| running[i].finish.is_none() && sampling_key(&running[i].options) == key)
                 .collect();
             let left = group.iter().map(|&i| running[i].budget - running[i].output.len()).min().unwrap_or(1);
-            let chunk = if config.join_every == 0 { left } else { left.min(config.join_every) };
-            let mut params = key.sampling(chunk.max(1));
-            params.max_new_tokens = chunk.max(1);
+            let mut params = key.sampling(left.min(config.join_every).max(1));
+            params.max_new_tokens = left.min(config.join_every).max(1);
             let prompts: Vec<Vec<i64>> =
                 group.iter().map(|&i| running[i].prompt.iter().chain(&running[i].output).copied().collect()).collect();
             // Each request samples with its own seed, past the tokens it has drawn in earlier
             // chunks: what it would draw alone.
             let seeds: Vec<u64> = group.iter().map(|&i| running[i].options.seed).collect();
             let drawn: Vec<usize> = group.iter().map(|&i| running[i].output.len()).collect();
-            let decoded = policy.generate_resumable(
+            match policy.generate_resumable(
                 &prompts,
                 &params,
                 &seeds,
                 &drawn,
                 &mut toolsmith_contract::sync::lock(prefix),
-            );
-            match decoded {
+            ) {
                 Ok((generations, _)) => {
                     for (&i, g) in group.iter().zip(generations) {
                         running[i].extend(&g.output_ids, &g.logprobs, g.finish_reason, &params);
@@ -546,15 +534,14 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                 }
             }
         }
-        // Answer what finished.
+        // Answer what finished: an end token, the budget, or a stop string (one may span chunks).
+        let step = policy.state().step;
+        let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
         let mut still = Vec::with_capacity(running.len());
-        for (mut r, failure) in running.into_iter().zip(failed) {
-            if let Some(message) = failure {
-                r.answer(Err(BackendError::Join(message)));
-                continue;
-            }
-            if !r.settle(tokenizer, end_of_turn, step) {
-                still.push(r);
+        for (r, failure) in running.into_iter().zip(failed) {
+            match failure {
+                Some(message) => r.answer(Err(BackendError::Join(message))),
+                None => still.extend(r.settle(tokenizer, end_of_turn, step)),
             }
         }
         running = still;
