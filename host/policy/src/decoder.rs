@@ -6,6 +6,7 @@ use tch::nn::{self, Init};
 use tch::{Device, Kind, Tensor};
 
 use crate::config::DecoderSpec;
+use crate::packed;
 
 /// How weights start: the checkpoint's initialiser for a fresh model, or zeros when a checkpoint
 /// is about to overwrite them anyway (drawing gigabytes of random numbers first would be waste).
@@ -270,11 +271,15 @@ impl Rope {
 /// Inference copies of every layer's query, key and value weights as one matrix, and of its gate
 /// and up weights as another, with any enabled adapter folded in: a step then runs two products
 /// where it ran five (on 2 cores each product's dispatch and thread hand-off costs as much as a
-/// small one's arithmetic). Valid while the weights they were copied from are
+/// small one's arithmetic). In bf16 on the CPU every product's weight (the output and down
+/// projections and the LM head too) is also prepacked for oneDNN ([`crate::packed`]), which
+/// halves what a decode step's products cost. Valid while the weights they were copied from are
 /// ([`crate::Policy::weights_id`]); [`Transformer::fuse`] makes them.
 #[derive(Debug)]
 pub struct FusedWeights {
     layers: Vec<FusedLayer>,
+    /// The LM head, when packed.
+    head: Option<GenLinear>,
 }
 
 impl FusedWeights {
@@ -285,35 +290,83 @@ impl FusedWeights {
             .iter()
             .map(|l| FusedLayer {
                 qkv: l.qkv.shallow_clone(),
-                qkv_bias: l.qkv_bias.as_ref().map(Tensor::shallow_clone),
                 gate_up: l.gate_up.shallow_clone(),
-                gate_up_bias: l.gate_up_bias.as_ref().map(Tensor::shallow_clone),
+                o: l.o.as_ref().map(GenLinear::shallow_clone),
+                down: l.down.as_ref().map(GenLinear::shallow_clone),
             })
             .collect();
-        Self { layers }
+        Self { layers, head: self.head.as_ref().map(GenLinear::shallow_clone) }
+    }
+
+    /// Whether the products run on prepacked weights.
+    pub fn packed(&self) -> bool {
+        self.head.is_some()
+    }
+}
+
+/// One product's weight for generation: plain, or prepacked for oneDNN.
+#[derive(Debug)]
+struct GenLinear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    packed: bool,
+}
+
+impl GenLinear {
+    /// `weight` as it is, or packed when `pack` is set and packing works (plain otherwise).
+    fn new(weight: Tensor, bias: Option<Tensor>, pack: bool) -> Self {
+        if pack {
+            match packed::pack(&weight) {
+                Ok(weight) => return Self { weight, bias, packed: true },
+                Err(e) => tracing::warn!("generation keeps a plain weight: {e}"),
+            }
+        }
+        Self { weight, bias, packed: false }
+    }
+
+    fn shallow_clone(&self) -> Self {
+        let bias = self.bias.as_ref().map(Tensor::shallow_clone);
+        Self { weight: self.weight.shallow_clone(), bias, packed: self.packed }
+    }
+
+    /// `x W^T + b`. `None` only if a packed product fails (it passed [`packed::worthwhile`]'s
+    /// check, so it should not): the caller then computes it from the model's own weights.
+    fn apply(&self, x: &Tensor) -> Option<Tensor> {
+        if !self.packed {
+            return Some(x.linear(&self.weight, self.bias.as_ref()));
+        }
+        packed::linear(x, &self.weight, self.bias.as_ref())
+            .inspect_err(|e| tracing::error!("{e}; computing it from the plain weights"))
+            .ok()
     }
 }
 
 #[derive(Debug)]
 struct FusedLayer {
-    qkv: Tensor,
-    qkv_bias: Option<Tensor>,
-    gate_up: Tensor,
-    gate_up_bias: Option<Tensor>,
+    qkv: GenLinear,
+    gate_up: GenLinear,
+    /// The output and down projections, when packed (plain ones are the model's own).
+    o: Option<GenLinear>,
+    down: Option<GenLinear>,
 }
 
 impl FusedLayer {
-    fn new(block: &Block, pass: Pass) -> Self {
-        let weight = |l: &Linear| if pass.adapters { l.merged() } else { l.weight.shallow_clone() };
+    fn new(block: &Block, pass: Pass, pack: bool) -> Self {
+        let weight = |l: &Linear| if pass.adapters { l.merged() } else { l.weight.detach() };
+        let bias = |l: &Linear| l.bias.as_ref().map(Tensor::detach);
         let fuse = |ls: &[&Linear]| {
             let weights: Vec<Tensor> = ls.iter().map(|l| weight(l)).collect();
-            let biases: Option<Vec<Tensor>> = ls.iter().map(|l| l.bias.as_ref().map(Tensor::detach)).collect();
-            (Tensor::cat(&weights, 0).detach(), biases.map(|b| Tensor::cat(&b, 0)))
+            let biases: Option<Vec<Tensor>> = ls.iter().map(|l| bias(l)).collect();
+            GenLinear::new(Tensor::cat(&weights, 0).detach(), biases.map(|b| Tensor::cat(&b, 0)), pack)
         };
+        let single = |l: &Linear| pack.then(|| GenLinear::new(weight(l), bias(l), true));
         let (a, m) = (&block.self_attn, &block.mlp);
-        let (qkv, qkv_bias) = fuse(&[&a.q_proj, &a.k_proj, &a.v_proj]);
-        let (gate_up, gate_up_bias) = fuse(&[&m.gate_proj, &m.up_proj]);
-        Self { qkv, qkv_bias, gate_up, gate_up_bias }
+        Self {
+            qkv: fuse(&[&a.q_proj, &a.k_proj, &a.v_proj]),
+            gate_up: fuse(&[&m.gate_proj, &m.up_proj]),
+            o: single(&a.o_proj),
+            down: single(&m.down_proj),
+        }
     }
 }
 
@@ -344,14 +397,15 @@ impl Attention {
         let (heads, kv_heads) = (self.heads, self.kv_heads);
         // Queries, keys and values side by side, `[b, t, heads + 2 kv_heads, head_dim]`, so that
         // the rotary positions apply to queries and keys at once.
-        let qkv = match fused {
-            Some(f) => x.linear(&f.qkv, f.qkv_bias.as_ref()),
-            None => Tensor::cat(
-                &[self.q_proj.forward(x, pass), self.k_proj.forward(x, pass), self.v_proj.forward(x, pass)],
-                -1,
-            ),
-        }
-        .view([b, t, heads + 2 * kv_heads, self.head_dim]);
+        let qkv = fused
+            .and_then(|f| f.qkv.apply(x))
+            .unwrap_or_else(|| {
+                Tensor::cat(
+                    &[self.q_proj.forward(x, pass), self.k_proj.forward(x, pass), self.v_proj.forward(x, pass)],
+                    -1,
+                )
+            })
+            .view([b, t, heads + 2 * kv_heads, self.head_dim]);
         let qk = rope.apply(&qkv.narrow(2, 0, heads + kv_heads));
         let q = qk.narrow(2, 0, heads).transpose(1, 2);
         let k = qk.narrow(2, heads, kv_heads).transpose(1, 2);
@@ -373,7 +427,8 @@ impl Attention {
             Some(keys) => self.decode_attention(&q, &k, &v, keys),
             None => self.attention(&q, &k, &v, mask, t, gqa),
         };
-        self.o_proj.forward(&y.transpose(1, 2).reshape([b, t, heads * self.head_dim]), pass)
+        let y = y.transpose(1, 2).reshape([b, t, heads * self.head_dim]);
+        fused.and_then(|f| f.o.as_ref()?.apply(&y)).unwrap_or_else(|| self.o_proj.forward(&y, pass))
     }
 
     /// SDPA over `k`/`v` as the cache or the new tokens give them.
@@ -429,15 +484,15 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Tensor, pass: Pass, fused: Option<&FusedLayer>) -> Tensor {
-        let (gate, up) = match fused {
-            Some(f) => {
-                let both = x.linear(&f.gate_up, f.gate_up_bias.as_ref());
+        let (gate, up) = match fused.and_then(|f| f.gate_up.apply(x)) {
+            Some(both) => {
                 let i = both.size()[both.dim() - 1] / 2;
                 (both.narrow(-1, 0, i), both.narrow(-1, i, i))
             }
             None => (self.gate_proj.forward(x, pass), self.up_proj.forward(x, pass)),
         };
-        self.down_proj.forward(&(gate.silu() * up), pass)
+        let h = gate.silu() * up;
+        fused.and_then(|f| f.down.as_ref()?.apply(&h)).unwrap_or_else(|| self.down_proj.forward(&h, pass))
     }
 }
 
@@ -779,7 +834,11 @@ impl Transformer {
     /// them.
     pub fn fuse(&self) -> FusedWeights {
         let pass = self.pass();
-        tch::no_grad(|| FusedWeights { layers: self.layers.iter().map(|b| FusedLayer::new(b, pass)).collect() })
+        let pack = packed::worthwhile(self.device(), self.kind());
+        tch::no_grad(|| FusedWeights {
+            layers: self.layers.iter().map(|b| FusedLayer::new(b, pass, pack)).collect(),
+            head: pack.then(|| GenLinear::new(self.head().detach(), None, true)).filter(|h| h.packed),
+        })
     }
 
     fn pass(&self) -> Pass {
@@ -793,6 +852,16 @@ impl Transformer {
 
     /// Logits over the vocabulary for hidden states `[.., hidden]`.
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
-        hidden.linear::<&Tensor>(self.lm_head.as_ref().unwrap_or(&self.embed_tokens), None)
+        hidden.linear::<&Tensor>(self.head(), None)
+    }
+
+    /// [`Transformer::logits`] through [`FusedWeights`]' packed head, where it has one.
+    pub fn logits_with(&self, hidden: &Tensor, fused: Option<&FusedWeights>) -> Tensor {
+        fused.and_then(|f| f.head.as_ref()?.apply(hidden)).unwrap_or_else(|| self.logits(hidden))
+    }
+
+    /// The LM head's weight (the embeddings when tied).
+    fn head(&self) -> &Tensor {
+        self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
     }
 }

@@ -359,10 +359,10 @@ impl Policy {
                     i = end;
                 }
                 cache.set_len(prompt_len);
-                (cache, model.logits(&Tensor::cat(&last, 0)))
+                (cache, model.logits_with(&Tensor::cat(&last, 0), fused))
             } else {
                 let hidden = model.forward_with(&ids, &positions, &mask, Some(&mut cache), fused);
-                (cache, model.logits(&hidden.select(1, -1)))
+                (cache, model.logits_with(&hidden.select(1, -1), fused))
             }
         } else if first.len() < batch {
             let pick = Tensor::from_slice(&first).to_device(device);
@@ -375,11 +375,11 @@ impl Policy {
             let mut cache = model.new_cache(first.len() as i64, capacity);
             let hidden = model.forward_with(&ids, &positions, &mask, Some(&mut cache), fused);
             let rows = Tensor::from_slice(&row_of).to_device(device);
-            (cache.select_rows(&rows), model.logits(&hidden.select(1, -1)).index_select(0, &rows))
+            (cache.select_rows(&rows), model.logits_with(&hidden.select(1, -1), fused).index_select(0, &rows))
         } else {
             let mut cache = model.new_cache(b, capacity);
             let hidden = model.forward_with(&ids, &positions, &mask, Some(&mut cache), fused);
-            (cache, model.logits(&hidden.select(1, -1)))
+            (cache, model.logits_with(&hidden.select(1, -1), fused))
         };
         let mut rows = logits_rows(&logits, vocab)?;
         stats.prefill_secs = started.elapsed().as_secs_f64();
@@ -488,7 +488,7 @@ impl Policy {
             };
             let hidden = model.forward_with(&feed, &next_pos.unsqueeze(1), &mask, Some(&mut cache), fused);
             next_pos += 1;
-            let logits = model.logits(&hidden.select(1, -1));
+            let logits = model.logits_with(&hidden.select(1, -1), fused);
             // Finished sequences keep their last rows: nothing reads them again.
             for (&i, row) in live.iter().zip(logits_rows(&logits, vocab)?) {
                 rows[i] = row;

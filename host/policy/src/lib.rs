@@ -15,6 +15,7 @@ pub mod generate;
 pub mod llama;
 pub mod lora;
 pub mod memory;
+pub mod packed;
 pub mod prefix;
 pub mod qwen2;
 pub mod sampling;

@@ -122,21 +122,27 @@ fn cached_logits(
     let t = input.size()[1];
     let mut cache = model.new_cache(1, capacity);
     let half = t / 2;
-    let mut steps = vec![model.logits(&model.forward_with(
-        &input.narrow(1, 0, half),
-        &positions.narrow(1, 0, half),
-        &AttentionMask::Causal,
-        Some(&mut cache),
-        fused,
-    ))];
-    for i in half..t {
-        steps.push(model.logits(&model.forward_with(
-            &input.narrow(1, i, 1),
-            &positions.narrow(1, i, 1),
+    let mut steps = vec![model.logits_with(
+        &model.forward_with(
+            &input.narrow(1, 0, half),
+            &positions.narrow(1, 0, half),
             &AttentionMask::Causal,
             Some(&mut cache),
             fused,
-        )));
+        ),
+        fused,
+    )];
+    for i in half..t {
+        steps.push(model.logits_with(
+            &model.forward_with(
+                &input.narrow(1, i, 1),
+                &positions.narrow(1, i, 1),
+                &AttentionMask::Causal,
+                Some(&mut cache),
+                fused,
+            ),
+            fused,
+        ));
     }
     assert_eq!(cache.len(), t);
     Tensor::cat(&steps, 1)

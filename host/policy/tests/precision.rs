@@ -5,7 +5,7 @@
 mod common;
 
 use tch::{Device, Kind, Tensor};
-use toolsmith_policy::decoder::AttentionMask;
+use toolsmith_policy::decoder::{AttentionMask, FusedWeights};
 use toolsmith_policy::{LoadOptions, Policy, Precision};
 
 const PROMPT: &str = "<|im_start|>user\nWhat is the population of the capital of Freedonia?<|im_end|>\n<|im_start|>assistant\n<plan>\nTask 1: find the capital";
@@ -54,6 +54,52 @@ fn bf16_logits_stay_close_to_f32_on_the_tiny_model() {
     let (diff, agree) = compare(&f32, &bf16);
     eprintln!("tiny: max |log-prob difference| over the top 20: {diff:.3}, top-1 agreement {agree:.2}");
     assert!(diff < 0.05 && agree >= 0.9, "bf16 drifts from f32: {diff}, {agree}");
+}
+
+/// Logits of `ids` decoded one token at a time after a prefill of the first half, through
+/// `fused` (generation's copies of the weights) or the layers' own weights.
+fn decoded_logits(policy: &Policy, ids: &[i64], fused: Option<&FusedWeights>) -> Tensor {
+    let model = policy.model();
+    let t = ids.len() as i64;
+    let input = Tensor::from_slice(ids).view([1, t]);
+    let positions = Tensor::arange(t, (Kind::Int64, Device::Cpu)).unsqueeze(0);
+    let mut cache = model.new_cache(1, t);
+    let half = t / 2;
+    let mut step = |from: i64, n: i64| {
+        let hidden = model.forward_with(
+            &input.narrow(1, from, n),
+            &positions.narrow(1, from, n),
+            &AttentionMask::Causal,
+            Some(&mut cache),
+            fused,
+        );
+        model.logits_with(&hidden.select(1, -1), fused).to_kind(Kind::Float)
+    };
+    let mut steps = vec![step(0, half)];
+    steps.extend((half..t).map(|i| step(i, 1)));
+    Tensor::stack(&steps, 0)
+}
+
+#[test]
+fn bf16_decoding_on_packed_weights_matches_the_layers_own_weights() {
+    common::one_thread();
+    let dir = tempfile::tempdir().expect("tempdir");
+    Policy::tiny(5, options(Precision::F32)).expect("tiny").save(dir.path()).expect("save");
+    let Ok(bf16) = Policy::load(dir.path(), options(Precision::Bf16)) else {
+        assert!(!toolsmith_policy::cpu_has_bf16(), "bf16 refused on a CPU that has it");
+        return;
+    };
+    let _guard = tch::no_grad_guard();
+    let fused = bf16.model().fuse();
+    assert!(fused.packed(), "bf16 generation on this CPU runs on oneDNN's packed weights");
+    let ids = bf16.tokenizer().encode(PROMPT).expect("encode");
+    let packed = decoded_logits(&bf16, &ids, Some(&fused));
+    let plain = decoded_logits(&bf16, &ids, None);
+    let diff = (&packed - &plain).abs().max().double_value(&[]);
+    let scale = plain.abs().max().double_value(&[]);
+    assert!(diff <= scale * 0.02, "packed decoding differs by {diff} (logits up to {scale})");
+    let agree = packed.argmax(-1, false).eq_tensor(&plain.argmax(-1, false)).to_kind(Kind::Float).mean(Kind::Float);
+    assert!(agree.double_value(&[]) >= 0.95, "top tokens agree on {agree}");
 }
 
 #[test]

@@ -1,0 +1,146 @@
+//! oneDNN's prepacked linear layer for generation on the CPU.
+//!
+//! `Tensor::linear` hands oneDNN's bf16 matrix product a plain `[out, in]` weight, which it
+//! reorders into its blocked layout on every call: for a decode step's few rows, where reading
+//! the weights is the whole cost, that reads and writes every weight twice. A weight reordered
+//! once (libtorch's `mkldnn::_reorder_linear_weight`, run by `mkldnn::_linear_pointwise`: what
+//! `torch.compile` emits for CPU linears) is read once, at the memory's bandwidth. In PyTorch on
+//! this project's 2-core machine, SmolLM2-135M's 120 layer products at 8 rows: 23 ms plain, 12 ms
+//! packed, the same bits (BENCHMARKS.md, decoding). tch wraps neither operator, so
+//! `csrc/packed_linear.cpp` calls them through libtorch's dispatcher.
+
+use std::ffi::{CStr, c_char};
+use std::sync::OnceLock;
+
+use tch::{Device, Kind, Tensor};
+use torch_sys::C_tensor;
+
+unsafe extern "C" {
+    fn toolsmith_pack_linear_weight(
+        weight: *const C_tensor,
+        batch: i64,
+        out: *mut *mut C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    fn toolsmith_packed_linear(
+        x: *const C_tensor,
+        packed: *const C_tensor,
+        bias: *const C_tensor,
+        out: *mut *mut C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+}
+
+/// What libtorch said when a packed operation failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("oneDNN's packed linear failed: {0}")]
+pub struct PackedError(String);
+
+/// The rows a decode step's inputs usually have, which oneDNN tunes the layout for (any count works).
+const TUNED_ROWS: i64 = 8;
+
+/// Calls one of the shim's functions, which writes a new tensor into `out` or a message into its
+/// error buffer.
+fn call(f: impl FnOnce(*mut *mut C_tensor, *mut c_char, usize) -> i32) -> Result<Tensor, PackedError> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    let mut err = [0 as c_char; 512];
+    let status = f(&mut out, err.as_mut_ptr(), err.len());
+    if status != 0 || out.is_null() {
+        // The shim always terminates the message.
+        let message = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
+        return Err(PackedError(message));
+    }
+    // The shim allocated `out` with `new at::Tensor`, which is what tch frees on drop.
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// `weight` `[out, in]` in oneDNN's layout for [`linear`]: an opaque tensor of the same values.
+pub fn pack(weight: &Tensor) -> Result<Tensor, PackedError> {
+    call(|out, err, len| unsafe { toolsmith_pack_linear_weight(weight.as_ptr(), TUNED_ROWS, out, err, len) })
+}
+
+/// `x W^T + bias` for `x` `[.., in]` and `packed` from [`pack`]; the result has `x`'s leading
+/// dimensions and kind.
+pub fn linear(x: &Tensor, packed: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, PackedError> {
+    // oneDNN checks less than this; a mismatch must be an error, never a read out of bounds.
+    let (columns, input) = (x.size().last().copied(), packed.size().get(1).copied());
+    if columns != input {
+        return Err(PackedError(format!("an input of {columns:?} columns for a weight of {input:?}")));
+    }
+    let bias = bias.map_or(std::ptr::null(), Tensor::as_ptr);
+    call(|out, err, len| unsafe { toolsmith_packed_linear(x.as_ptr(), packed.as_ptr(), bias, out, err, len) })
+}
+
+/// Whether generation should pack the weights of a model of `kind` on `device`: bf16 on the
+/// CPU, where the check below has passed once in this process. Elsewhere (CUDA, f32, a libtorch
+/// without oneDNN, a CPU whose oneDNN refuses bf16) generation keeps plain weights.
+pub fn worthwhile(device: Device, kind: Kind) -> bool {
+    device == Device::Cpu && kind == Kind::BFloat16 && *AVAILABLE.get_or_init(check)
+}
+
+static AVAILABLE: OnceLock<bool> = OnceLock::new();
+
+/// Packs a small bf16 weight and compares its product with `Tensor::linear`'s.
+fn check() -> bool {
+    let result = tch::no_grad(|| -> Result<bool, PackedError> {
+        let options = (Kind::BFloat16, Device::Cpu);
+        let weight = Tensor::randn([24, 40], options);
+        let bias = Tensor::randn([24], options);
+        let x = Tensor::randn([3, 40], options);
+        let got = linear(&x, &pack(&weight)?, Some(&bias))?;
+        let want = x.linear(&weight, Some(&bias));
+        let diff = (got.to_kind(Kind::Float) - want.to_kind(Kind::Float)).abs().max().double_value(&[]);
+        Ok(diff <= 0.05)
+    });
+    match result {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::warn!("oneDNN's packed linear disagrees with the plain one; generation keeps plain weights");
+            false
+        }
+        Err(e) => {
+            tracing::info!("generation keeps plain weights: {e}");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bf16(shape: &[i64]) -> Tensor {
+        Tensor::randn(shape, (Kind::BFloat16, Device::Cpu))
+    }
+
+    #[test]
+    fn a_packed_product_is_the_plain_one() {
+        tch::manual_seed(7);
+        assert!(worthwhile(Device::Cpu, Kind::BFloat16), "this libtorch has oneDNN's packed linear");
+        let weight = bf16(&[96, 64]);
+        let bias = bf16(&[96]);
+        let packed = pack(&weight).expect("packs");
+        // One row, a decode step's rows (as 3-D `[b, 1, in]`), a prefill's, and a strided input.
+        for x in [bf16(&[1, 64]), bf16(&[8, 1, 64]), bf16(&[2, 37, 64]), bf16(&[64, 5]).tr()] {
+            for b in [None, Some(&bias)] {
+                let got = linear(&x, &packed, b).expect("runs");
+                let want = x.linear(&weight, b);
+                assert_eq!(got.size(), want.size());
+                assert_eq!(got.kind(), Kind::BFloat16);
+                let diff = (got.to_kind(Kind::Float) - want.to_kind(Kind::Float)).abs().max().double_value(&[]);
+                let scale = want.to_kind(Kind::Float).abs().max().double_value(&[]);
+                assert!(diff <= scale * 1e-2, "{:?} bias {}: off by {diff} (scale {scale})", x.size(), b.is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn a_wrong_shape_is_an_error_not_a_crash() {
+        let packed = pack(&bf16(&[16, 32])).expect("packs");
+        let err = linear(&bf16(&[2, 31]), &packed, None).expect_err("31 columns against 32");
+        assert!(err.to_string().starts_with("oneDNN's packed linear failed:"), "{err}");
+        assert!(!worthwhile(Device::Cpu, Kind::Float), "f32 keeps plain weights");
+    }
+}
