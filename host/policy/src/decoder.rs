@@ -271,7 +271,7 @@ impl Rope {
 /// Inference copies of every layer's query, key and value weights as one matrix, and of its gate
 /// and up weights as another, with any enabled adapter folded in: a step then runs two products
 /// where it ran five (on 2 cores each product's dispatch and thread hand-off costs as much as a
-/// small one's arithmetic). In bf16 on the CPU every product's weight (the output and down
+/// small one's arithmetic). On the CPU every product's weight (the output and down
 /// projections and the LM head too) is also prepacked for oneDNN ([`crate::packed`]), which
 /// halves what a decode step's products cost. Valid while the weights they were copied from are
 /// ([`crate::Policy::weights_id`]); [`Transformer::fuse`] makes them.

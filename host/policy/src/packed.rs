@@ -1,13 +1,13 @@
 //! oneDNN's prepacked linear layer for generation on the CPU.
 //!
-//! `Tensor::linear` hands oneDNN's bf16 matrix product a plain `[out, in]` weight, which it
+//! `Tensor::linear` hands the CPU's matrix product a plain `[out, in]` weight, which oneDNN
 //! reorders into its blocked layout on every call: for a decode step's few rows, where reading
 //! the weights is the whole cost, that reads and writes every weight twice. A weight reordered
 //! once (libtorch's `mkldnn::_reorder_linear_weight`, run by `mkldnn::_linear_pointwise`: what
 //! `torch.compile` emits for CPU linears) is read once, at the memory's bandwidth. In PyTorch on
-//! this project's 2-core machine, SmolLM2-135M's 120 layer products at 8 rows: 23 ms plain, 12 ms
-//! packed, the same bits (BENCHMARKS.md, decoding). tch wraps neither operator, so
-//! `csrc/packed_linear.cpp` calls them through libtorch's dispatcher.
+//! this project's 2-core machine, SmolLM2-135M's 121 products at 8 rows: bf16 26 ms plain, 17 ms
+//! packed (the same bits); f32 86 and 40 ms (BENCHMARKS.md, decoding). tch wraps neither
+//! operator, so `csrc/packed_linear.cpp` calls them through libtorch's dispatcher.
 
 use std::ffi::{CStr, c_char};
 use std::sync::OnceLock;
@@ -73,19 +73,24 @@ pub fn linear(x: &Tensor, packed: &Tensor, bias: Option<&Tensor>) -> Result<Tens
     call(|out, err, len| unsafe { toolsmith_packed_linear(x.as_ptr(), packed.as_ptr(), bias, out, err, len) })
 }
 
-/// Whether generation should pack the weights of a model of `kind` on `device`: bf16 on the
-/// CPU, where the check below has passed once in this process. Elsewhere (CUDA, f32, a libtorch
-/// without oneDNN, a CPU whose oneDNN refuses bf16) generation keeps plain weights.
+/// Whether generation should pack the weights of a model of `kind` on `device`: bf16 or f32 on
+/// the CPU (f32 gains as much: 53 -> 33 ms at one row, 86 -> 40 at 8), where the check below has
+/// passed once in this process. Elsewhere (CUDA, other kinds, a libtorch without oneDNN)
+/// generation keeps plain weights.
 pub fn worthwhile(device: Device, kind: Kind) -> bool {
-    device == Device::Cpu && kind == Kind::BFloat16 && *AVAILABLE.get_or_init(check)
+    static BF16: OnceLock<bool> = OnceLock::new();
+    static F32: OnceLock<bool> = OnceLock::new();
+    match (device, kind) {
+        (Device::Cpu, Kind::BFloat16) => *BF16.get_or_init(|| check(kind)),
+        (Device::Cpu, Kind::Float) => *F32.get_or_init(|| check(kind)),
+        _ => false,
+    }
 }
 
-static AVAILABLE: OnceLock<bool> = OnceLock::new();
-
-/// Packs a small bf16 weight and compares its product with `Tensor::linear`'s.
-fn check() -> bool {
+/// Packs a small weight of `kind` and compares its product with `Tensor::linear`'s.
+fn check(kind: Kind) -> bool {
     let result = tch::no_grad(|| -> Result<bool, PackedError> {
-        let options = (Kind::BFloat16, Device::Cpu);
+        let options = (kind, Device::Cpu);
         let weight = Tensor::randn([24, 40], options);
         let bias = Tensor::randn([24], options);
         let x = Tensor::randn([3, 40], options);
@@ -118,20 +123,24 @@ mod tests {
     #[test]
     fn a_packed_product_is_the_plain_one() {
         tch::manual_seed(7);
-        assert!(worthwhile(Device::Cpu, Kind::BFloat16), "this libtorch has oneDNN's packed linear");
-        let weight = bf16(&[96, 64]);
-        let bias = bf16(&[96]);
-        let packed = pack(&weight).expect("packs");
-        // One row, a decode step's rows (as 3-D `[b, 1, in]`), a prefill's, and a strided input.
-        for x in [bf16(&[1, 64]), bf16(&[8, 1, 64]), bf16(&[2, 37, 64]), bf16(&[64, 5]).tr()] {
-            for b in [None, Some(&bias)] {
-                let got = linear(&x, &packed, b).expect("runs");
-                let want = x.linear(&weight, b);
-                assert_eq!(got.size(), want.size());
-                assert_eq!(got.kind(), Kind::BFloat16);
-                let diff = (got.to_kind(Kind::Float) - want.to_kind(Kind::Float)).abs().max().double_value(&[]);
-                let scale = want.to_kind(Kind::Float).abs().max().double_value(&[]);
-                assert!(diff <= scale * 1e-2, "{:?} bias {}: off by {diff} (scale {scale})", x.size(), b.is_some());
+        for kind in [Kind::BFloat16, Kind::Float] {
+            assert!(worthwhile(Device::Cpu, kind), "this libtorch has oneDNN's packed linear for {kind:?}");
+            let rand = |shape: &[i64]| Tensor::randn(shape, (kind, Device::Cpu));
+            let weight = rand(&[96, 64]);
+            let bias = rand(&[96]);
+            let packed = pack(&weight).expect("packs");
+            // One row, a decode step's rows (as 3-D `[b, 1, in]`), a prefill's, and a strided input.
+            for x in [rand(&[1, 64]), rand(&[8, 1, 64]), rand(&[2, 37, 64]), rand(&[64, 5]).tr()] {
+                for b in [None, Some(&bias)] {
+                    let got = linear(&x, &packed, b).expect("runs");
+                    let want = x.linear(&weight, b);
+                    assert_eq!(got.size(), want.size());
+                    assert_eq!(got.kind(), kind);
+                    let diff = (got.to_kind(Kind::Float) - want.to_kind(Kind::Float)).abs().max().double_value(&[]);
+                    let scale = want.to_kind(Kind::Float).abs().max().double_value(&[]);
+                    let (shape, bias) = (x.size(), b.is_some());
+                    assert!(diff <= scale * 1e-2, "{kind:?} {shape:?} bias {bias}: off by {diff} (scale {scale})");
+                }
             }
         }
     }
@@ -141,6 +150,6 @@ mod tests {
         let packed = pack(&bf16(&[16, 32])).expect("packs");
         let err = linear(&bf16(&[2, 31]), &packed, None).expect_err("31 columns against 32");
         assert!(err.to_string().starts_with("oneDNN's packed linear failed:"), "{err}");
-        assert!(!worthwhile(Device::Cpu, Kind::Float), "f32 keeps plain weights");
+        assert!(!worthwhile(Device::Cpu, Kind::Half), "half precision keeps plain weights");
     }
 }
