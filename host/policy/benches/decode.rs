@@ -145,14 +145,18 @@ fn main() {
         };
         let (ours, theirs) = (best("ours", ["float32", "bfloat16"]), best("transformers", ["float32", "bfloat16"]));
         let per_round: Vec<String> = ours.iter().zip(&theirs).map(|(a, b)| format!("{:.2}", a / b)).collect();
+        // With `--ours-only` there is nothing to divide by.
+        let ratio = if ours_only {
+            "-".to_string()
+        } else {
+            format!("**{:.2}x** ({})", median(ours.clone()) / median(theirs.clone()), per_round.join(", "))
+        };
         println!(
-            "| {batch} | {} | {} | {} | {} | **{:.2}x** ({}) |",
+            "| {batch} | {} | {} | {} | {} | {ratio} |",
             cell("ours", "float32"),
             cell("ours", "bfloat16"),
             cell("transformers", "float32"),
             cell("transformers", "bfloat16"),
-            median(ours.clone()) / median(theirs.clone()),
-            per_round.join(", ")
         );
     }
 }

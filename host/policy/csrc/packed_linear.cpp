@@ -1,8 +1,7 @@
 // oneDNN's prepacked linear layer, which libtorch registers with its dispatcher
 // (`mkldnn::_reorder_linear_weight`, `mkldnn::_linear_pointwise`: what `torch.compile` emits for
-// CPU linears) but tch does not wrap. `at::linear` hands oneDNN a plain weight, which it reorders
-// on every call; a weight reordered once is read at the memory's bandwidth, which for a decode
-// step's few rows is the whole cost (see host/policy/src/packed.rs).
+// CPU linears) but tch does not wrap. With a weight reordered once, a decode step's products cost
+// at 8 rows what they cost at one; through `at::linear` twice that (see host/policy/src/packed.rs).
 //
 // C++ exceptions must not cross into Rust: every entry point catches them and returns the message.
 
