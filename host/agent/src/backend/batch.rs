@@ -507,8 +507,8 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                 .filter(|&i| running[i].finish.is_none() && sampling_key(&running[i].options) == key)
                 .collect();
             let left = group.iter().map(|&i| running[i].budget - running[i].output.len()).min().unwrap_or(1);
-            let mut params = key.sampling(left.min(config.join_every).max(1));
-            params.max_new_tokens = left.min(config.join_every).max(1);
+            // The key's `max_tokens` is 0 (it groups requests of any budget), so the chunk is set here.
+            let params = SamplingParams { max_new_tokens: left.min(config.join_every).max(1), ..key.sampling(0) };
             let prompts: Vec<Vec<i64>> =
                 group.iter().map(|&i| running[i].prompt.iter().chain(&running[i].output).copied().collect()).collect();
             // Each request samples with its own seed, past the tokens it has drawn in earlier
