@@ -222,6 +222,16 @@ fn python_run_prints_result_stdout_and_structured_errors() {
     let e = &stdout_json(&out)["error"];
     assert_eq!(e["kind"], "python_error");
     assert_eq!(e["exception"]["type"], "TypeError");
+    // The guest is looked for in `$TOOLSMITH_DEPS` when that is set.
+    let deps = dir.path().join("deps");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
+        .args(["python", "run", file, "--entry", "f", "--args", r#"{"a": 1}"#])
+        .env("TOOLSMITH_DEPS", &deps)
+        .env("TOOLSMITH_CACHE_DIR", dir.path().join("cache"))
+        .output()
+        .expect("run toolsmith");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && said.contains(&*deps.join("python/runner.wasm").to_string_lossy()), "{said}");
 }
 
 #[test]
@@ -469,4 +479,23 @@ fn the_pretrained_policy_is_known_by_name() {
     assert!(!missing.status.success());
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert!(stderr.contains("smollm2-135m policy is not here") && stderr.contains("scripts/setup.sh"), "{stderr}");
+    // `TOOLSMITH_DEPS` names setup's directory for a binary built from another checkout.
+    let deps = dir.path().join("deps");
+    std::fs::create_dir_all(&deps).expect("mkdir");
+    let elsewhere = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
+        .args(["policy", "info", "smollm2-135m", "--json"])
+        .env("TOOLSMITH_DEPS", &deps)
+        .output()
+        .expect("run toolsmith");
+    let stderr = String::from_utf8_lossy(&elsewhere.stderr);
+    assert!(!elsewhere.status.success() && stderr.contains(&*deps.to_string_lossy()), "{stderr}");
+    let fetched = Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps/smollm2-135m-instruct");
+    std::os::unix::fs::symlink(&fetched, deps.join("smollm2-135m-instruct")).expect("symlink");
+    let elsewhere = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
+        .args(["policy", "info", "smollm2-135m", "--json"])
+        .env("TOOLSMITH_DEPS", &deps)
+        .output()
+        .expect("run toolsmith");
+    let info: Value = serde_json::from_str(&ok(&elsewhere)).expect("json");
+    assert_eq!(info["layers"], 30, "{info}");
 }

@@ -26,9 +26,9 @@ pub struct ModelFiles {
 
 impl ModelFiles {
     /// `$TOOLSMITH_EMBEDDING_MODEL` and `$TOOLSMITH_ONNXRUNTIME` when set, else the files the setup
-    /// script put under `.deps/` of this checkout.
+    /// script put under `.deps/` ([`deps_dir`]).
     pub fn locate() -> ModelFiles {
-        let deps = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps");
+        let deps = deps_dir();
         let model_dir =
             std::env::var_os("TOOLSMITH_EMBEDDING_MODEL").map(PathBuf::from).unwrap_or_else(|| deps.join("minilm"));
         let onnxruntime = std::env::var_os("TOOLSMITH_ONNXRUNTIME")
@@ -36,6 +36,15 @@ impl ModelFiles {
             .unwrap_or_else(|| deps.join("onnxruntime/libonnxruntime.so"));
         ModelFiles { model_dir, onnxruntime }
     }
+}
+
+/// `.deps/` with what `scripts/setup.sh` fetched: `$TOOLSMITH_DEPS` when set (a binary installed
+/// elsewhere, or checkouts that share one target directory, where the last build's compiled-in path
+/// would win), else the one of the checkout this crate was built from.
+fn deps_dir() -> PathBuf {
+    std::env::var_os("TOOLSMITH_DEPS")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps"), PathBuf::from)
 }
 
 /// The sentence embedder. Loading takes about 0.4 s; share one per process.

@@ -93,10 +93,13 @@ pub fn locate(spec: &str) -> Result<PathBuf, PolicyError> {
     let Some(named) = NAMED_POLICIES.iter().find(|n| n.name == spec && !Path::new(spec).exists()) else {
         return Ok(PathBuf::from(spec));
     };
-    let dir = match std::env::var_os(named.env) {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps").join(named.dir),
-    };
+    let set = |name: &str| std::env::var_os(name).filter(|d| !d.is_empty()).map(PathBuf::from);
+    let dir = set(named.env).unwrap_or_else(|| {
+        // `$TOOLSMITH_DEPS`: setup's `.deps/` for a binary whose compiled-in checkout is not the one.
+        set("TOOLSMITH_DEPS")
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps"))
+            .join(named.dir)
+    });
     if !dir.join("config.json").is_file() {
         return Err(PolicyError::checkpoint(
             &dir,

@@ -25,13 +25,16 @@ pub const CAPTURE_CHARS: usize = 64 << 10;
 /// The memory cap Python calls get by default: CPython's heap starts at about 20 MiB.
 pub const DEFAULT_MEMORY_BYTES: usize = 256 << 20;
 
-/// Where the Python guest component is: `$TOOLSMITH_PYTHON_GUEST`, else `.deps/python/runner.wasm`
-/// in the source tree this crate was built from (written by `scripts/setup.sh`).
+/// Where the Python guest component is: `$TOOLSMITH_PYTHON_GUEST`, else `python/runner.wasm` in
+/// `$TOOLSMITH_DEPS`, else in `.deps/` of the source tree this crate was built from (written by
+/// `scripts/setup.sh`).
 pub fn default_guest_path() -> PathBuf {
-    match std::env::var_os("TOOLSMITH_PYTHON_GUEST") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/python/runner.wasm"),
-    }
+    let set = |name: &str| std::env::var_os(name).filter(|p| !p.is_empty()).map(PathBuf::from);
+    set("TOOLSMITH_PYTHON_GUEST").unwrap_or_else(|| {
+        set("TOOLSMITH_DEPS")
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps"))
+            .join("python/runner.wasm")
+    })
 }
 
 /// Why the Python guest could not be loaded.
