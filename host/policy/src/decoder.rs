@@ -271,10 +271,10 @@ impl Rope {
 /// Inference copies of every layer's query, key and value weights as one matrix, and of its gate
 /// and up weights as another, with any enabled adapter folded in: a step then runs two products
 /// where it ran five (on 2 cores each product's dispatch and thread hand-off costs as much as a
-/// small one's arithmetic). On the CPU every product's weight (the output and down
-/// projections and the LM head too) is also prepacked for oneDNN ([`crate::packed`]), which
-/// cuts a decode step's products by a third (bf16) to a half (f32). Valid while the weights they were copied from are
-/// ([`crate::Policy::weights_id`]); [`Transformer::fuse`] makes them.
+/// small one's arithmetic). On the CPU every product's weight (the output and down projections
+/// and the LM head too) is also prepacked for oneDNN ([`crate::packed`]), which cuts a decode
+/// step's products by a third (bf16) to a half (f32). Valid while the weights they were copied
+/// from are ([`crate::Policy::weights_id`]); [`Transformer::fuse`] makes them.
 #[derive(Debug)]
 pub struct FusedWeights {
     layers: Vec<FusedLayer>,
