@@ -451,6 +451,21 @@ fn eval_run_and_the_graph_learning_from_trajectories() {
     let shown = ok(&run(&["tools", "show", "sum_integers"]));
     assert!(shown.contains("(python)") && shown.contains("fed by search (count 4"), "{shown}");
 
+    // The other styles add a numeric task's values with the bundled calculator the listing offers.
+    let args =
+        ["eval", "--mode", "react", "--mode", "gap", "--mode", "mem", "--family", "numeric", "--limit", "3", "--json"];
+    let reports: Value = serde_json::from_str(&ok(&run(&args))).expect("one JSON object");
+    for mode in ["react", "gap", "mem"] {
+        assert_eq!(reports[mode]["overall"]["em"], 1.0, "{reports}");
+    }
+    let numeric = tasks
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|t| t["family"] == "numeric")
+        .expect("a numeric task");
+    let trace = ok(&run(&["run", numeric["question"].as_str().expect("question"), "--mode", "gap"]));
+    assert!(trace.contains("calculator(") && trace.contains("EM 1"), "{trace}");
+
     // A user's task file with a bad line is refused with its line number.
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(&bad, "{\"question\": \"q\", \"golden_answers\": [\"a\"]}\n{oops\n").expect("write");

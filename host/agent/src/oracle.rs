@@ -4,7 +4,9 @@
 //!
 //! It reads only what a model would: the question and the visible context. Its position in the
 //! solution comes from the number of its turns in the context or, when the history is replaced by
-//! memory (MemPO), from the progress line its own `<mem>` carries.
+//! memory (MemPO), from the progress line its own `<mem>` carries. Arithmetic goes to a tool, as
+//! an agent of this size must do it: SEARL's style writes one, the others call `calculator` when
+//! the system prompt lists it (and add in their head only when it does not).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use toolsmith_policy::Tokenizer;
 use crate::backend::{
     Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Role, Usage, render_prompt,
 };
-use crate::env::world::{Solution, Step, Task};
+use crate::env::world::{Compute, Solution, Step, Task};
 use crate::plan::{self, Plan};
 use crate::runner::Mode;
 use crate::tools::CREATE_TOOL;
@@ -43,10 +45,11 @@ impl Oracle {
         Oracle { style, ..self.clone() }
     }
 
-    /// Every turn of the solution of `task`, in this style.
-    pub fn turns(&self, task: &Task) -> Vec<String> {
+    /// Every turn of the solution of `task`, in this style, with or without a `calculator` tool
+    /// to call.
+    pub fn turns(&self, task: &Task, calculator: bool) -> Vec<String> {
         match &task.solution {
-            Some(solution) => script(task, solution, self.style),
+            Some(solution) => script(task, solution, self.style, calculator),
             None => Vec::new(),
         }
     }
@@ -56,11 +59,22 @@ impl Oracle {
         // A memory carried with the question (see `runner::context`) is not part of it.
         let question = question.split("\n<mem>").next().unwrap_or(question);
         let task = self.tasks.get(question).ok_or_else(|| BackendError::UnknownTask(clip(question)))?;
-        let turns = self.turns(task);
+        let calculator = messages.iter().any(|m| m.role == Role::System && lists_tool(&m.content, CALCULATOR));
+        let turns = self.turns(task, calculator);
         let assistant: Vec<&Message> = messages.iter().filter(|m| m.role == Role::Assistant).collect();
         let done = assistant.last().and_then(|m| progress(&m.content)).map(|p| p + 1).unwrap_or(assistant.len());
         Ok(turns.get(done).or(turns.last()).cloned().unwrap_or_default())
     }
+}
+
+/// The bundled plugin that evaluates arithmetic.
+const CALCULATOR: &str = "calculator";
+
+/// Whether a system prompt's tool listing names `tool` (any of `runner::ToolFormat`'s forms).
+fn lists_tool(system: &str, tool: &str) -> bool {
+    let signature = format!("- {tool}(");
+    let json = format!("\"name\":\"{tool}\"");
+    system.lines().any(|l| l.starts_with(&signature) || l.contains(&json))
 }
 
 fn clip(s: &str) -> String {
@@ -86,6 +100,27 @@ fn call(step: &Step) -> String {
     format!("<tool_call>{body}</tool_call>")
 }
 
+/// The `calculator` call that adds a numeric task's values.
+fn calculator_turn(compute: &Compute) -> String {
+    let values: Vec<String> =
+        compute.inputs["values"].as_array().into_iter().flatten().map(|v| v.to_string()).collect();
+    let body = json!({"name": CALCULATOR, "arguments": {"expression": values.join(" + ")}});
+    format!("<think>Exact arithmetic: add them with the calculator.</think>\n<tool_call>{body}</tool_call>")
+}
+
+/// The step the calculator carries out: its result is the answer.
+fn sum_step(solution: &Solution, compute: &Compute, answer: &str) -> Step {
+    Step {
+        id: (solution.steps.len() + 1).to_string(),
+        description: compute.description.trim_end_matches('.').to_string(),
+        action: compute.description.trim_end_matches('.').to_string(),
+        query: String::new(),
+        depends_on: solution.steps.iter().map(|s| s.id.clone()).collect(),
+        finding: format!("the calculator adds them to {answer}"),
+        value: answer.to_string(),
+    }
+}
+
 fn plan_of(solution: &Solution) -> Option<Plan> {
     let tasks = solution
         .steps
@@ -96,7 +131,7 @@ fn plan_of(solution: &Solution) -> Option<Plan> {
 }
 
 /// The plan with the arithmetic as a last task that depends on every lookup.
-fn with_compute(plan: &Plan, compute: &crate::env::world::Compute) -> Plan {
+fn with_compute(plan: &Plan, compute: &Compute) -> Plan {
     let mut tasks = plan.tasks().to_vec();
     let all: Vec<String> = tasks.iter().map(|t| t.id.clone()).collect();
     let id = (tasks.len() + 1).to_string();
@@ -133,8 +168,10 @@ fn answer_turn(task: &Task, solution: &Solution, known: &[&Step], style: Mode) -
     }
     let facts: Vec<&str> = known.iter().map(|s| s.finding.as_str()).collect();
     let reason = match &solution.compute {
-        Some(c) => format!("{}; adding {} gives the total", facts.join("; "), c.inputs["values"]),
-        None => facts.join("; "),
+        Some(c) if style == Mode::Searl => {
+            format!("{}; adding {} gives the total", facts.join("; "), c.inputs["values"])
+        }
+        _ => facts.join("; "),
     };
     format!("<think>{reason}.</think>\n<answer>\\boxed{{{}}}</answer>", task.golden_answers[0])
 }
@@ -146,24 +183,33 @@ fn mem(turn: usize, total: usize, known: &[&Step]) -> String {
     format!("<mem>{PROGRESS}{turn}/{total}. Known: {facts}.</mem>\n")
 }
 
-/// The solution as turns in `style`.
-fn script(task: &Task, solution: &Solution, style: Mode) -> Vec<String> {
+/// The solution as turns in `style`; a numeric task's sum by `calculator` when there is one.
+fn script(task: &Task, solution: &Solution, style: Mode, calculator: bool) -> Vec<String> {
     let Some(plan) = plan_of(solution) else { return Vec::new() };
     let levels: Vec<Vec<&Step>> =
         plan.levels().iter().map(|l| l.iter().map(|&i| &solution.steps[i]).collect()).collect();
+    // SEARL's style writes its own tool for the arithmetic (below) instead.
+    let sum = match &solution.compute {
+        Some(c) if calculator && style != Mode::Searl => Some((c, sum_step(solution, c, &task.golden_answers[0]))),
+        _ => None,
+    };
     let mut turns = Vec::new();
     let mut known: Vec<&Step> = Vec::new();
     match style {
         Mode::React | Mode::Mem => {
             let flat: Vec<&Step> = levels.iter().flatten().copied().collect();
-            let total = flat.len() + 1;
-            for (i, step) in flat.iter().enumerate() {
-                let memory = if style == Mode::Mem { mem(i, total, &known) } else { String::new() };
-                turns.push(format!("{memory}<think>{}.</think>\n{}", action(step), call(step)));
+            let total = flat.len() + usize::from(sum.is_some()) + 1;
+            let memory =
+                |known: &[&Step]| if style == Mode::Mem { mem(known.len(), total, known) } else { String::new() };
+            for step in &flat {
+                turns.push(format!("{}<think>{}.</think>\n{}", memory(&known), action(step), call(step)));
                 known.push(step);
             }
-            let memory = if style == Mode::Mem { mem(flat.len(), total, &known) } else { String::new() };
-            turns.push(memory + &answer_turn(task, solution, &known, style));
+            if let Some((c, step)) = &sum {
+                turns.push(memory(&known) + &calculator_turn(c));
+                known.push(step);
+            }
+            turns.push(memory(&known) + &answer_turn(task, solution, &known, style));
         }
         Mode::Gap | Mode::Searl => {
             for (i, level) in levels.iter().enumerate() {
@@ -174,6 +220,7 @@ fn script(task: &Task, solution: &Solution, style: Mode) -> Vec<String> {
                     let written = match (style, &solution.compute) {
                         (Mode::Searl, Some(c)) => searl_plan(&with_compute(&plan, c)),
                         (Mode::Searl, None) => searl_plan(&plan),
+                        (_, Some(c)) if sum.is_some() => gap_plan(&with_compute(&plan, c)),
                         _ => gap_plan(&plan),
                     };
                     text.push_str(&written);
@@ -182,6 +229,10 @@ fn script(task: &Task, solution: &Solution, style: Mode) -> Vec<String> {
                 text.push_str(&calls.join("\n"));
                 turns.push(text);
                 known.extend(level.iter().copied());
+            }
+            if let Some((c, step)) = &sum {
+                turns.push(calculator_turn(c));
+                known.push(step);
             }
             if let (Mode::Searl, Some(c)) = (style, &solution.compute) {
                 let body = json!({"name": CREATE_TOOL, "arguments": {
@@ -271,4 +322,68 @@ pub async fn synthesize(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::{Family, World, WorldConfig};
+
+    fn numeric_task() -> Task {
+        let world = World::generate(WorldConfig::default());
+        world.tasks().into_iter().find(|t| t.family == Family::Numeric).expect("the world has numeric tasks")
+    }
+
+    #[test]
+    fn the_listing_decides_whether_the_oracle_adds_with_the_calculator() {
+        assert!(lists_tool(
+            "Tools:\n- search(query: string): Searches\n- calculator(expression: string): Evaluates",
+            CALCULATOR
+        ));
+        assert!(lists_tool("Tools:\n{\"type\":\"function\",\"function\":{\"name\":\"calculator\"}}", CALCULATOR));
+        // A mention in prose or another tool's name is not a listing.
+        assert!(!lists_tool("Tools:\n- search(query: string): finds a calculator(s) manual", CALCULATOR));
+        assert!(!lists_tool("Tools:\n- scientific_calculator(expression: string): x", CALCULATOR));
+    }
+
+    #[test]
+    fn numeric_tasks_add_with_the_calculator_in_every_style_but_searl() {
+        let task = numeric_task();
+        let solution = task.solution.as_ref().expect("solution");
+        let values: Vec<String> = solution.compute.as_ref().expect("compute").inputs["values"]
+            .as_array()
+            .expect("values")
+            .iter()
+            .map(|v| v.to_string())
+            .collect();
+        let expression = values.join(" + ");
+        let answer = &task.golden_answers[0];
+        let tokenizer = Arc::new(Tokenizer::tiny().expect("tokenizer"));
+        for style in [Mode::React, Mode::Mem, Mode::Gap] {
+            let oracle = Oracle::new(std::slice::from_ref(&task), style, tokenizer.clone());
+            let with = oracle.turns(&task, true);
+            let without = oracle.turns(&task, false);
+            assert_eq!(with.len(), without.len() + 1, "{style}: one more turn, the call");
+            let call = &with[with.len() - 2];
+            assert!(call.contains(&format!("\"expression\":\"{expression}\"")), "{style}: {call}");
+            assert!(!without.iter().any(|t| t.contains(CALCULATOR)), "{style}: {without:?}");
+            let last = with.last().expect("an answer turn");
+            assert!(last.ends_with(&format!("\\boxed{{{answer}}}</answer>")), "{style}: {last}");
+            if style == Mode::Mem {
+                // The memory before the answer holds the sum, under the calculator step's id.
+                let id = solution.steps.len() + 1;
+                assert!(last.contains(&format!("({id}) {answer}")), "{last}");
+            }
+            if style == Mode::Gap {
+                // The plan lists the sum as a task that depends on every lookup.
+                let plan = trace::parse(&with[0]).plan().expect("a plan").expect("a valid plan");
+                let sum = plan.tasks().last().expect("tasks");
+                let lookups: Vec<String> = solution.steps.iter().map(|s| s.id.clone()).collect();
+                assert_eq!((plan.tasks().len(), &sum.depends_on), (lookups.len() + 1, &lookups), "{plan}");
+            }
+        }
+        // SEARL's style writes its own tool whether or not the calculator is listed.
+        let searl = Oracle::new(std::slice::from_ref(&task), Mode::Searl, tokenizer);
+        assert_eq!(searl.turns(&task, true), searl.turns(&task, false));
+    }
 }

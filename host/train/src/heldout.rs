@@ -169,7 +169,8 @@ pub fn oracle_budgets(tasks: &[Task], mode: Mode, tokenizer: &Arc<Tokenizer>) ->
     let mut needed = Vec::with_capacity(tasks.len());
     for task in tasks {
         let mut longest = 0;
-        for turn in oracle.turns(task) {
+        // The evaluation lists the bundled plugins, so the oracle would add with `calculator`.
+        for turn in oracle.turns(task, true) {
             longest = longest.max(tokenizer.encode(&turn)?.len());
         }
         needed.push(longest);
