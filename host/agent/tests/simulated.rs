@@ -72,5 +72,7 @@ async fn tool_maker_designs_admissible_interfaces_with_an_untrained_policy() {
         let out = tools.call(&name, &serde_json::Value::Object(args)).await;
         assert_eq!(Verdict::of(&out.value), Verdict::Valid, "{:?}", out.value);
     }
-    assert!(names.len() > 4, "sampled designs differ: {names:?}");
+    // Each design draws with its own seed. How many of a random model's 8 names coincide depends
+    // on the CPU's rounding (8 distinct on one machine, 4 on another); a shared seed would give 1.
+    assert!(names.len() >= 4, "sampled designs differ: {names:?}");
 }
