@@ -91,7 +91,12 @@ fn generation_follows_the_weights_after_they_change() {
         let input = Tensor::from_slice(&ids).view([1, t]);
         let positions = Tensor::arange(t, (Kind::Int64, tch::Device::Cpu)).view([1, t]);
         let logits = model.logits(&model.forward(&input, &positions, &AttentionMask::Causal, None));
-        ids.push(logits.select(1, t - 1).argmax(-1, false).int64_value(&[0]));
+        let next = logits.select(1, t - 1).argmax(-1, false).int64_value(&[0]);
+        ids.push(next);
+        // Generation ends at an end-of-sequence token, which it keeps.
+        if policy.tokenizer().eos_ids().contains(&next) {
+            break;
+        }
     }
     assert_eq!(after[0].output_ids, ids[prompt.len()..], "generation used stale weights");
     assert_ne!(
