@@ -110,10 +110,11 @@ fn calculator_turn(compute: &Compute) -> String {
 
 /// The step the calculator carries out: its result is the answer.
 fn sum_step(solution: &Solution, compute: &Compute, answer: &str) -> Step {
+    let description = compute.description.trim_end_matches('.').to_string();
     Step {
         id: (solution.steps.len() + 1).to_string(),
-        description: compute.description.trim_end_matches('.').to_string(),
-        action: compute.description.trim_end_matches('.').to_string(),
+        action: description.clone(),
+        description,
         query: String::new(),
         depends_on: solution.steps.iter().map(|s| s.id.clone()).collect(),
         finding: format!("the calculator adds them to {answer}"),
