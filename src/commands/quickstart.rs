@@ -361,7 +361,13 @@ fn training_section(env: &Env) -> Result<()> {
     let config = SftConfig {
         data: DataConfig {
             files: Vec::new(),
-            worlds: WorldsData { seeds: vec![5], countries: 2, tasks_per_family: 2, styles: vec![Mode::Gap] },
+            worlds: WorldsData {
+                seeds: vec![5],
+                countries: 2,
+                tasks_per_family: 2,
+                styles: vec![Mode::Gap],
+                ..WorldsData::default()
+            },
         },
         steps: Some(12),
         lr: 3e-3,
@@ -486,7 +492,13 @@ fn rl_section(env: &Env) -> Result<()> {
     let base = RlConfig::for_method(Method::SEARL);
     let config = RlConfig {
         init: init.to_string_lossy().into_owned(),
-        worlds: WorldsData { seeds: vec![5], countries: 2, tasks_per_family: 1, styles: vec![Mode::Searl] },
+        worlds: WorldsData {
+            seeds: vec![5],
+            countries: 2,
+            tasks_per_family: 1,
+            styles: vec![Mode::Searl],
+            ..WorldsData::default()
+        },
         eval: None,
         iterations: 1,
         tasks_per_iteration: 2,
@@ -744,7 +756,13 @@ the pretrained policy (SmolLM2-135M-Instruct; `--policy smollm2-135m`, `--init s
         init: dir.to_string_lossy().into_owned(),
         data: DataConfig {
             files: Vec::new(),
-            worlds: WorldsData { seeds: vec![1], countries: 4, tasks_per_family: 4, styles: vec![Mode::React] },
+            worlds: WorldsData {
+                seeds: vec![1],
+                countries: 4,
+                tasks_per_family: 4,
+                styles: vec![Mode::React],
+                ..WorldsData::default()
+            },
         },
         tool_format: ToolFormat::Brief,
         lora: Some(lora),

@@ -103,6 +103,7 @@ fn gap_on_engine(iterations: u64, engine: EngineConfig) -> RlConfig {
             countries: 2,
             tasks_per_family: 1,
             styles: vec![Mode::Gap],
+            ..Default::default()
         },
         eval: None,
         iterations,

@@ -56,7 +56,13 @@ fn main() {
     let config = SftConfig {
         data: DataConfig {
             files: Vec::new(),
-            worlds: WorldsData { seeds: vec![1], countries: 6, tasks_per_family: 4, styles: Mode::ALL.to_vec() },
+            worlds: WorldsData {
+                seeds: vec![1],
+                countries: 6,
+                tasks_per_family: 4,
+                styles: Mode::ALL.to_vec(),
+                ..WorldsData::default()
+            },
         },
         init: text("--init").unwrap_or(defaults.init.clone()),
         precision: text("--precision").unwrap_or_else(|| "f32".into()),

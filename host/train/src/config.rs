@@ -2,10 +2,11 @@
 //! whose JSON Schema is `schemas/train-sft.schema.json` (generated; a golden test keeps it in
 //! step).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use toolsmith_agent::env::WorldConfig;
+use toolsmith_agent::env::{Family, WorldConfig};
 use toolsmith_agent::{Mode, ToolFormat};
 
 use crate::TrainError;
@@ -149,11 +150,22 @@ pub struct WorldsData {
     pub tasks_per_family: usize,
     /// Trace styles. By default all four: react, gap, mem, searl.
     pub styles: Vec<Mode>,
+    /// Tasks per world of the families named here instead of `tasks_per_family` (which gives
+    /// multi-objective nine tasks for every three): a mixture weighted towards a family the
+    /// default leaves rare, e.g. `{"numeric": 6}`. Empty by default.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub family_tasks: BTreeMap<Family, usize>,
 }
 
 impl Default for WorldsData {
     fn default() -> Self {
-        WorldsData { seeds: vec![1, 2, 3, 4], countries: 6, tasks_per_family: 12, styles: Mode::ALL.to_vec() }
+        WorldsData {
+            seeds: vec![1, 2, 3, 4],
+            countries: 6,
+            tasks_per_family: 12,
+            styles: Mode::ALL.to_vec(),
+            family_tasks: BTreeMap::new(),
+        }
     }
 }
 
@@ -161,7 +173,13 @@ impl WorldsData {
     /// The `smol-` presets' training worlds: seeds 1-16, 4 countries, 2 tasks per family, every
     /// style. Many small worlds: every trace brings new names.
     pub fn smol() -> Self {
-        WorldsData { seeds: (1..=16).collect(), countries: 4, tasks_per_family: 2, styles: Mode::ALL.to_vec() }
+        WorldsData {
+            seeds: (1..=16).collect(),
+            countries: 4,
+            tasks_per_family: 2,
+            styles: Mode::ALL.to_vec(),
+            family_tasks: BTreeMap::new(),
+        }
     }
 
     /// The world of `seed`.
@@ -242,11 +260,12 @@ impl SftConfig {
     /// CPU cores: about 9.5 minutes of training (540 steps of up to 4,096 tokens) and 3 of
     /// data synthesis and evaluation.
     ///
-    /// `smol-world`: SmolLM2-135M-Instruct, fully fine-tuned in bf16 on oracle traces of 16 small
+    /// `smol-world`: SmolLM2-135M-Instruct, fully fine-tuned on oracle traces of 16 small
     /// training worlds in every style (100 steps of up to 2,048 tokens), evaluated after
     /// training on 10 questions per family of the held-out world in every mode (40 episodes at
-    /// once, turns of 256 tokens); about 24 minutes on 2 CPU cores (14 of training). No
-    /// evaluation before training (see `before`).
+    /// once, turns of 256 tokens); about 24 minutes on 2 CPU cores with AVX512_BF16 (14 of
+    /// training, in bf16), about 90 in f32 on one without. No evaluation before training (see
+    /// `before`).
     pub fn preset(name: &str) -> Result<Self, TrainError> {
         match name {
             "tiny-world" => Ok(SftConfig {
@@ -260,6 +279,7 @@ impl SftConfig {
                         countries: 4,
                         tasks_per_family: 2,
                         styles: Mode::ALL.to_vec(),
+                        family_tasks: BTreeMap::new(),
                     },
                 },
                 // More, smaller steps: at 200 steps of 12,288 tokens the model learned the trace

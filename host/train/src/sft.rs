@@ -87,7 +87,7 @@ pub fn load_chats(config: &SftConfig, tools_for: &ToolsFor<'_>) -> Result<Vec<(S
     let tokenizer = Arc::new(toolsmith_policy::Tokenizer::tiny()?);
     for &seed in &worlds.seeds {
         let world = World::generate(worlds.world(seed));
-        let tasks = world.tasks();
+        let tasks = world.tasks_counted(&worlds.family_tasks);
         let corpus = Arc::new(Corpus::new(&world.documents()).map_err(|e| TrainError::Agent(e.to_string()))?);
         let oracle = Oracle::new(&tasks, Mode::Gap, tokenizer.clone());
         let examples =

@@ -468,7 +468,13 @@ fn tiny_rl_with(
     let tools = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
     let base = RlConfig::for_method(method);
     let mut config = RlConfig {
-        worlds: WorldsData { seeds: vec![5, 6], countries: 2, tasks_per_family: 1, styles: vec![method.mode()] },
+        worlds: WorldsData {
+            seeds: vec![5, 6],
+            countries: 2,
+            tasks_per_family: 1,
+            styles: vec![method.mode()],
+            ..WorldsData::default()
+        },
         eval: Some(EvalConfig {
             world_seed: 77,
             countries: 2,

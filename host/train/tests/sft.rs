@@ -7,7 +7,8 @@ use std::sync::Arc;
 use toolsmith_agent::Mode;
 use toolsmith_agent::env::Corpus;
 use toolsmith_agent::tools::{Executor, LocalTools};
-use toolsmith_train::config::{EvalConfig, SftConfig, WorldsData};
+use toolsmith_train::chat::Content;
+use toolsmith_train::config::{DataConfig, EvalConfig, SftConfig, WorldsData};
 use toolsmith_train::heldout::{ceiling, oracle_budgets};
 use toolsmith_train::metrics::{Record, read};
 use toolsmith_train::sft::{self, Event};
@@ -20,7 +21,13 @@ fn config() -> SftConfig {
     SftConfig {
         data: toolsmith_train::config::DataConfig {
             files: Vec::new(),
-            worlds: WorldsData { seeds: vec![5], countries: 2, tasks_per_family: 1, styles: vec![Mode::Gap] },
+            worlds: WorldsData {
+                seeds: vec![5],
+                countries: 2,
+                tasks_per_family: 1,
+                styles: vec![Mode::Gap],
+                ..WorldsData::default()
+            },
         },
         steps: Some(16),
         lr: 3e-3,
@@ -179,6 +186,32 @@ fn unknown_config_keys_are_refused() {
     std::fs::write(&json, r#"{"steps": 2, "eval": null, "data": {"files": ["a.jsonl"]}}"#).expect("write");
     let c = SftConfig::from_file(&json).expect("json");
     assert!(c.eval.is_none());
+}
+
+#[test]
+fn family_tasks_weight_the_mixture_and_unknown_families_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sft.toml");
+    std::fs::write(&path, "[data.worlds.family_tasks]\nnumerical = 3\n").expect("write");
+    let err = SftConfig::from_file(&path).expect_err("unknown family").to_string();
+    assert!(err.contains("numerical") && err.contains("numeric"), "{err}");
+    std::fs::write(&path, "[data.worlds]\nseeds = [5]\ncountries = 2\ntasks_per_family = 1\nstyles = [\"gap\"]\n[data.worlds.family_tasks]\nnumeric = 3\n").expect("write");
+    let weighted = SftConfig::from_file(&path).expect("valid");
+    let plain = SftConfig {
+        data: DataConfig {
+            worlds: WorldsData { family_tasks: Default::default(), ..weighted.data.worlds.clone() },
+            ..weighted.data.clone()
+        },
+        ..weighted.clone()
+    };
+    let numeric = |config: &SftConfig| {
+        let chats = sft::load_chats(config, &tools).expect("traces");
+        let sums = chats.iter().filter(|(_, c)| c.turns.iter().any(|t| matches!(&t.content, Content::Text(x) if x.contains("What is the total population") || x.contains("What is the sum of the founding years")))).count();
+        (chats.len(), sums)
+    };
+    let ((all, sums), (all_weighted, sums_weighted)) = (numeric(&plain), numeric(&weighted));
+    assert_eq!((sums, sums_weighted), (1, 3), "one gap trace per numeric task");
+    assert_eq!(all_weighted, all + 2, "the other families' traces are kept");
 }
 
 #[test]

@@ -404,12 +404,29 @@ impl World {
         self.tasks_worded(Wording::Reworded)
     }
 
+    /// Every family's tasks, with `counts` tasks of the families it names instead of the
+    /// world's own count: a training mixture weighted towards some families. Families are drawn in
+    /// the order of [`Family::GENERATED`] from one random stream, so a family's tasks start as the
+    /// plain [`World::tasks`] do (numeric, the last family, keeps its first ones and gains more);
+    /// a family after an overridden one gets other tasks.
+    pub fn tasks_counted(&self, counts: &BTreeMap<Family, usize>) -> Vec<Task> {
+        self.generate_tasks(Wording::Templates, counts)
+    }
+
     fn tasks_worded(&self, w: Wording) -> Vec<Task> {
+        self.generate_tasks(w, &BTreeMap::new())
+    }
+
+    fn generate_tasks(&self, w: Wording, counts: &BTreeMap<Family, usize>) -> Vec<Task> {
         let mut rng = StdRng::seed_from_u64(self.config.seed ^ 0x7a5c);
         let n = self.config.tasks_per_family;
         let mut tasks = Vec::new();
         for family in Family::GENERATED {
-            let count = if family == Family::MultiObjective { 9 * n.div_ceil(3) } else { n };
+            let count = match counts.get(&family) {
+                Some(&c) => c,
+                None if family == Family::MultiObjective => 9 * n.div_ceil(3),
+                None => n,
+            };
             for i in 0..count {
                 let mut task = match family {
                     Family::SingleHop => self.single_hop(&mut rng, w),
@@ -724,6 +741,30 @@ mod tests {
         assert_eq!(a.tasks(), b.tasks());
         let c = World::generate(WorldConfig { seed: 8, ..WorldConfig::default() });
         assert_ne!(a.entities, c.entities);
+    }
+
+    #[test]
+    fn a_family_count_adds_tasks_of_that_family_and_keeps_the_rest() {
+        let world = World::generate(WorldConfig { seed: 3, countries: 4, tasks_per_family: 2 });
+        let plain = world.tasks();
+        let weighted = world.tasks_counted(&BTreeMap::from([(Family::Numeric, 6)]));
+        let of = |tasks: &[Task], f: Family| tasks.iter().filter(|t| t.family == f).cloned().collect::<Vec<_>>();
+        // Numeric is drawn last: every other family's tasks and the first numeric ones stay.
+        for f in [Family::SingleHop, Family::MultiHopSequential, Family::MultiHopParallel, Family::MultiObjective] {
+            assert_eq!(of(&plain, f), of(&weighted, f), "{f:?}");
+        }
+        let (numeric, more) = (of(&plain, Family::Numeric), of(&weighted, Family::Numeric));
+        assert_eq!((numeric.len(), more.len()), (2, 6));
+        assert_eq!(numeric[..], more[..2]);
+        let ids: HashSet<&str> = weighted.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids.len(), weighted.len(), "task ids stay unique");
+        let questions: HashSet<&str> = more.iter().map(|t| t.question.as_str()).collect();
+        assert!(questions.len() >= 5, "the added tasks are new questions: {questions:?}");
+        // Overriding a family to zero drops it; an empty map is the plain list.
+        assert!(
+            of(&world.tasks_counted(&BTreeMap::from([(Family::MultiObjective, 0)])), Family::MultiObjective).is_empty()
+        );
+        assert_eq!(world.tasks_counted(&BTreeMap::new()), plain);
     }
 
     #[test]

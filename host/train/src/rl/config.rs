@@ -250,6 +250,7 @@ impl RlConfig {
                 countries: 4,
                 tasks_per_family: 2,
                 styles: vec![method.mode()],
+                ..WorldsData::default()
             },
             families: Vec::new(),
             eval: Some(EvalConfig { modes: vec![method.mode()], ..EvalConfig::default() }),

@@ -135,7 +135,7 @@ impl RlTrainer {
                     Some(actor) => simulated(tools_for(corpus).as_ref(), actor.clone())?,
                     None => tools_for(corpus),
                 };
-                let mut tasks = world.tasks();
+                let mut tasks = world.tasks_counted(&config.worlds.family_tasks);
                 tasks.retain(|t| config.families.is_empty() || config.families.contains(&t.family));
                 Ok(TrainWorld { tasks, tools })
             })
