@@ -394,14 +394,14 @@ impl World {
 
     /// Every family's tasks, in a fixed order.
     pub fn tasks(&self) -> Vec<Task> {
-        self.tasks_worded(Wording::Templates)
+        self.tasks_worded(Wording::Templates, &BTreeMap::new())
     }
 
     /// The same tasks (entities, answers, solutions) asked in other words: sentence frames the
     /// generator never writes, so no training trace has seen them. Held-out EM on these tells
     /// whether a policy learned the task or the templates.
     pub fn reworded_tasks(&self) -> Vec<Task> {
-        self.tasks_worded(Wording::Reworded)
+        self.tasks_worded(Wording::Reworded, &BTreeMap::new())
     }
 
     /// Every family's tasks, with `counts` tasks of the families it names instead of the
@@ -410,14 +410,10 @@ impl World {
     /// plain [`World::tasks`] do (numeric, the last family, keeps its first ones and gains more);
     /// a family after an overridden one gets other tasks.
     pub fn tasks_counted(&self, counts: &BTreeMap<Family, usize>) -> Vec<Task> {
-        self.generate_tasks(Wording::Templates, counts)
+        self.tasks_worded(Wording::Templates, counts)
     }
 
-    fn tasks_worded(&self, w: Wording) -> Vec<Task> {
-        self.generate_tasks(w, &BTreeMap::new())
-    }
-
-    fn generate_tasks(&self, w: Wording, counts: &BTreeMap<Family, usize>) -> Vec<Task> {
+    fn tasks_worded(&self, w: Wording, counts: &BTreeMap<Family, usize>) -> Vec<Task> {
         let mut rng = StdRng::seed_from_u64(self.config.seed ^ 0x7a5c);
         let n = self.config.tasks_per_family;
         let mut tasks = Vec::new();
