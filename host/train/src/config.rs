@@ -337,26 +337,7 @@ impl SftConfig {
     /// Checks values a run cannot start with.
     pub fn validate(&self) -> Result<(), TrainError> {
         let bad = |m: &str| Err(TrainError::Config(m.to_string()));
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad("lr must be a positive number");
-        }
-        if self.trainable_layers == Some(0) {
-            return bad("trainable_layers must be at least 1 (null trains every weight)");
-        }
-        if let Some(lora) = &self.lora {
-            if self.trainable_layers.is_some() && lora.layers_to_transform.is_some() {
-                return Err(TrainError::Config(
-                    "lora.layers_to_transform and trainable_layers both pick the adapted layers: set one".into(),
-                ));
-            }
-            lora.settings()?;
-            if self.gradient_checkpointing && lora.dropout > 0.0 {
-                return Err(TrainError::Config(
-                    "gradient_checkpointing needs lora.dropout = 0: a recomputed layer would draw other dropout masks"
-                        .into(),
-                ));
-            }
-        }
+        check_training(self.lr, self.trainable_layers, self.lora.as_ref(), self.gradient_checkpointing)?;
         if !(self.first_turn_weight.is_finite() && self.first_turn_weight > 0.0) {
             return bad("first_turn_weight must be a positive number");
         }
@@ -385,6 +366,35 @@ impl SftConfig {
         }
         Ok(())
     }
+}
+
+/// Checks what SFT and RL settings share: the learning rate and which weights train (frozen
+/// layers, LoRA, and gradient checkpointing with LoRA's dropout).
+pub(crate) fn check_training(
+    lr: f64,
+    trainable_layers: Option<usize>,
+    lora: Option<&toolsmith_policy::LoraConfig>,
+    gradient_checkpointing: bool,
+) -> Result<(), TrainError> {
+    let bad = |m: &str| Err(TrainError::Config(m.to_string()));
+    if !(lr.is_finite() && lr > 0.0) {
+        return bad("lr must be a positive number");
+    }
+    if trainable_layers == Some(0) {
+        return bad("trainable_layers must be at least 1 (null trains every weight)");
+    }
+    if let Some(lora) = lora {
+        if trainable_layers.is_some() && lora.layers_to_transform.is_some() {
+            return bad("lora.layers_to_transform and trainable_layers both pick the adapted layers: set one");
+        }
+        lora.settings()?;
+        if gradient_checkpointing && lora.dropout > 0.0 {
+            return bad(
+                "gradient_checkpointing needs lora.dropout = 0: a recomputed layer would draw other dropout masks",
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a `smol-*` preset for a model other than SmolLM2-135M (by name, or a checkpoint of

@@ -10,7 +10,7 @@ use toolsmith_agent::env::Family;
 use toolsmith_agent::{Mode, ToolFormat};
 
 use crate::TrainError;
-use crate::config::{EvalConfig, WorldsData};
+use crate::config::{EvalConfig, WorldsData, check_training};
 use crate::optim::AdamWConfig;
 use crate::rl::advantage::GroupNorm;
 use crate::rl::graph::GraphConfig;
@@ -424,26 +424,7 @@ impl RlConfig {
     /// Checks values a run cannot start with.
     pub fn validate(&self) -> Result<(), TrainError> {
         let bad = |m: String| Err(TrainError::Config(m));
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad("lr must be a positive number".into());
-        }
-        if self.trainable_layers == Some(0) {
-            return bad("trainable_layers must be at least 1 (null trains every weight)".into());
-        }
-        if let Some(lora) = &self.lora {
-            if self.trainable_layers.is_some() && lora.layers_to_transform.is_some() {
-                return Err(TrainError::Config(
-                    "lora.layers_to_transform and trainable_layers both pick the adapted layers: set one".into(),
-                ));
-            }
-            lora.settings()?;
-            if self.gradient_checkpointing && lora.dropout > 0.0 {
-                return Err(TrainError::Config(
-                    "gradient_checkpointing needs lora.dropout = 0: a recomputed layer would draw other dropout masks"
-                        .into(),
-                ));
-            }
-        }
+        check_training(self.lr, self.trainable_layers, self.lora.as_ref(), self.gradient_checkpointing)?;
         if self.iterations == 0 || self.tasks_per_iteration == 0 || self.epochs == 0 {
             return bad("iterations, tasks_per_iteration and epochs must be positive".into());
         }
