@@ -28,6 +28,8 @@ fn grpo_and_dr_grpo_group_advantages() {
     let r = [1.0, 0.0, 0.0, 1.0];
     assert_all_close(&group_advantages(&r, GroupNorm::MeanStd), &[0.866025, -0.866025, -0.866025, 0.866025], 1e-5);
     assert_all_close(&group_advantages(&r, GroupNorm::Mean), &[0.5, -0.5, -0.5, 0.5], 1e-12);
+    // Population std (SEARL's equation 4): sqrt(4 * 0.25 / 4) = 0.5.
+    assert_all_close(&group_advantages(&r, GroupNorm::MeanStdPopulation), &[1.0, -1.0, -1.0, 1.0], 1e-5);
     // Equal rewards: zero advantage, no division by zero.
     assert_all_close(&group_advantages(&[0.3; 4], GroupNorm::MeanStd), &[0.0; 4], 1e-12);
     // One episode: nothing to compare with.
@@ -36,7 +38,7 @@ fn grpo_and_dr_grpo_group_advantages() {
     // eps) gave +-1.1e-11 for Adam to turn into a step.
     let rounded = [-0.1 - 0.1, 0.1 - 0.3, -0.1 - 0.1];
     assert_ne!(rounded[0], rounded[1]);
-    for norm in [GroupNorm::MeanStd, GroupNorm::Mean] {
+    for norm in [GroupNorm::MeanStd, GroupNorm::MeanStdPopulation, GroupNorm::Mean] {
         assert_eq!(group_advantages(&rounded, norm), vec![0.0; 3], "{norm:?}");
     }
 }
@@ -183,6 +185,13 @@ fn searl_tool_anchored_step_advantages_with_single_vanishing() {
     // Normalised by the sample std of (0.45, 0.0) = 0.318198: +-0.707107.
     let a = searl_step_advantages(&rewards, &anchors, 0.5, GroupNorm::MeanStd, true);
     assert!(close(a[0][0], 0.707105, 1e-5) && close(a[1][0], -0.707105, 1e-5), "{a:?}");
+    // By the population std, as SEARL's equation 6 (0.225): +-1. SEARL's defaults take it; the
+    // other methods keep GRPO's sample std.
+    let a = searl_step_advantages(&rewards, &anchors, 0.5, GroupNorm::MeanStdPopulation, true);
+    assert!(close(a[0][0], 1.0, 1e-5) && close(a[1][0], -1.0, 1e-5), "{a:?}");
+    use toolsmith_train::rl::{Method, RlConfig};
+    assert_eq!(RlConfig::for_method(Method::SEARL).group_norm, GroupNorm::MeanStdPopulation);
+    assert_eq!(RlConfig::for_method(Method::GAP).group_norm, GroupNorm::MeanStd);
     // Without single vanishing a lone step keeps its raw return.
     let a = searl_step_advantages(&rewards, &anchors, 0.5, GroupNorm::Mean, false);
     assert_all_close(&a[0], &[0.225, 0.7, 0.0], 1e-12);
@@ -953,6 +962,36 @@ fn mem_span_skips_memories_inside_think_and_keeps_utf8_characters_whole() {
     // No closed block, or one only inside `<think>`: none.
     assert_eq!(span_text("<mem>never closed"), None);
     assert_eq!(span_text("<think><mem>x</mem></think><answer>y</answer>"), None);
+    // Of several, the last closed one (the agent keeps the last); MemPO scores the same block's
+    // text, so its reward and its advantage are about one memory.
+    for (text, span, mem) in [
+        ("<mem>first</mem> then <mem> second </mem><answer>y</answer>", "<mem> second </mem>", "second"),
+        ("<mem>kept</mem><tool_call>{}</tool_call><mem>cut off", "<mem>kept</mem>", "kept"),
+    ] {
+        assert_eq!(span_text(text).as_deref(), Some(span), "{text}");
+        assert_eq!(toolsmith_train::rl::episode::mem_text(text), Some(mem), "{text}");
+    }
+    assert_eq!(toolsmith_train::rl::episode::mem_text("<think><mem>x</mem></think><mem>open"), None);
+}
+
+#[test]
+fn mempo_scores_the_gold_answer_tokens_not_the_tags() {
+    use toolsmith_agent::backend::Message;
+    use toolsmith_train::rl::method::mempo::golden_tokens;
+    let (policy, builder, _) = credit_fixture(toolsmith_train::rl::Method::MEMPO, GroupNorm::Mean);
+    let guard = policy.lock().expect("policy");
+    let tokenizer = guard.tokenizer();
+    for golden in ["Paris", "1896", "Zürich 😀"] {
+        let messages =
+            [Message::system("s"), Message::user("q"), Message::assistant(format!("<answer>{golden}</answer>"))];
+        let encoded = builder.encode(&messages).expect("encodes");
+        let (_, answer) = encoded.assistant.last().cloned().expect("an answer turn");
+        let range = golden_tokens(tokenizer, &encoded.ids, answer.clone(), golden);
+        assert!(answer.start <= range.start && range.end <= answer.end && range.len() < answer.len(), "{range:?}");
+        assert_eq!(tokenizer.decode(&encoded.ids[range]).expect("decodes").trim(), golden);
+        // An answer the turn does not hold: the whole turn, as before.
+        assert_eq!(golden_tokens(tokenizer, &encoded.ids, answer.clone(), "Rome"), answer);
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Group-relative advantages: each task's `n` episodes are scored against each other, so no value
 //! network is needed (GRPO). The pieces the four methods combine:
 //!
-//! - [`group_advantages`]: GRPO's `(r - mean) / (std + eps)` or Dr. GRPO's `r - mean`.
+//! - [`group_advantages`]: GRPO's `(r - mean) / (std + eps)` (sample or population std) or Dr.
+//!   GRPO's `r - mean`.
 //! - [`informative`]: DAPO's dynamic sampling keeps only groups whose rewards differ (a group of
 //!   equal rewards has zero advantage everywhere and only dilutes the batch).
 //! - [`returns_to_go`]: discounted return from each step on, for step-level credit.
@@ -15,6 +16,10 @@ use serde::{Deserialize, Serialize};
 pub enum GroupNorm {
     /// `(r - mean) / (std + eps)`, with the sample standard deviation (GRPO, DAPO).
     MeanStd,
+    /// `(r - mean) / (std + eps)`, with the population standard deviation (1/N: SEARL's
+    /// equations 4 and 6). Differs from `mean-std` by `sqrt((n - 1) / n)`, which matters for the
+    /// small tool-anchored step groups, where n is often 2 or 3.
+    MeanStdPopulation,
     /// `r - mean` (Dr. GRPO: dividing by the std up-weights groups that are nearly all right or
     /// all wrong).
     Mean,
@@ -26,16 +31,18 @@ pub const STD_EPS: f64 = 1e-6;
 /// Mean and sample standard deviation (n - 1 in the denominator, as `torch.std`); the std of a
 /// single value is 0.
 pub fn mean_std(values: &[f64]) -> (f64, f64) {
+    let (mean, squares) = mean_squares(values);
     let n = values.len();
-    if n == 0 {
+    (mean, if n > 1 { (squares / (n - 1) as f64).sqrt() } else { 0.0 })
+}
+
+/// Mean and the sum of squared deviations from it; both 0 for no values.
+fn mean_squares(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
         return (0.0, 0.0);
     }
-    let mean = values.iter().sum::<f64>() / n as f64;
-    if n == 1 {
-        return (mean, 0.0);
-    }
-    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    (mean, var.sqrt())
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    (mean, values.iter().map(|v| (v - mean).powi(2)).sum())
 }
 
 /// The advantage of each episode of a group from its reward. Rewards within 1e-9 of each other
@@ -46,11 +53,17 @@ pub fn group_advantages(rewards: &[f64], norm: GroupNorm) -> Vec<f64> {
     if !informative(rewards) {
         return vec![0.0; rewards.len()];
     }
-    let (mean, std) = mean_std(rewards);
+    let (mean, std) = match norm {
+        GroupNorm::MeanStdPopulation => {
+            let (mean, squares) = mean_squares(rewards);
+            (mean, (squares / rewards.len() as f64).sqrt())
+        }
+        GroupNorm::MeanStd | GroupNorm::Mean => mean_std(rewards),
+    };
     rewards
         .iter()
         .map(|r| match norm {
-            GroupNorm::MeanStd => (r - mean) / (std + STD_EPS),
+            GroupNorm::MeanStd | GroupNorm::MeanStdPopulation => (r - mean) / (std + STD_EPS),
             GroupNorm::Mean => r - mean,
         })
         .collect()

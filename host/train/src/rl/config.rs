@@ -167,7 +167,8 @@ pub struct RlConfig {
     pub micro_batch_tokens: usize,
     /// The clipped surrogate, KL and aggregation.
     pub loss: LossConfig,
-    /// How a group's rewards become advantages. By default mean and std (GRPO).
+    /// How a group's rewards become advantages. By default mean and sample std (GRPO); SEARL's
+    /// defaults take the population std, as its equations do.
     pub group_norm: GroupNorm,
     /// DAPO's dynamic sampling: groups whose episodes are all right or all wrong (equal
     /// outcomes, whatever the shaping) are dropped and more tasks drawn, up to `max_refills`

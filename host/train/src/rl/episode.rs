@@ -126,25 +126,41 @@ pub fn episode_sequences(
 }
 
 /// The token range, within a turn's `ids`, of its `<mem>...</mem>` block (tags included): the
-/// first one that is not inside a `<think>` (a memory the model only thinks about is not its
-/// memory). Found in one pass: the ids are decoded once as a stream, which also keeps a token
-/// that holds part of a UTF-8 character from shifting the offsets. `None` when the turn has no
-/// closed memory block.
+/// last closed one that is not inside a `<think>` (a memory the model only thinks about is not its
+/// memory; the last, as the agent keeps the last). The same block as [`mem_text`], so MemPO's
+/// memory reward and its advantage are about one memory. Found in one pass: the ids are decoded
+/// once as a stream, which also keeps a token that holds part of a UTF-8 character from shifting
+/// the offsets. `None` when the turn has no closed memory block.
 pub fn mem_span(tokenizer: &Tokenizer, ids: &[i64]) -> Result<Option<Range<usize>>, PolicyError> {
     let (text, ends) = tokenizer.decode_with_ends(ids)?;
     let Some((start, end)) = block_outside_think(&text, Tag::Mem) else { return Ok(None) };
-    // The first token whose text reaches past `start`, through the first that reaches `end`.
-    let first = ends.partition_point(|&e| e <= start);
-    let last = ends.partition_point(|&e| e < end);
-    Ok((first < ids.len()).then(|| first..(last + 1).min(ids.len())))
+    Ok(tokens_covering(&ends, start, end))
 }
 
-/// The byte range of the first `<tag>...</tag>` of `text` outside any `<think>` block.
+/// The memory of a turn's text: the content (trimmed) of the block [`mem_span`] finds. `None`
+/// when there is no closed `<mem>` outside `<think>`: an unclosed one has no tokens to credit.
+pub fn mem_text(text: &str) -> Option<&str> {
+    let (start, end) = block_outside_think(text, Tag::Mem)?;
+    let open = Tag::Mem.name().len() + 2;
+    let close = open + 1;
+    Some(text[start + open..end - close].trim())
+}
+
+/// The tokens whose text overlaps bytes `start..end`, given each token's end offset in the
+/// decoded text: the first whose text reaches past `start` through the first that reaches `end`.
+pub fn tokens_covering(ends: &[usize], start: usize, end: usize) -> Option<Range<usize>> {
+    let first = ends.partition_point(|&e| e <= start);
+    let last = ends.partition_point(|&e| e < end);
+    (first < ends.len()).then(|| first..(last + 1).min(ends.len()))
+}
+
+/// The byte range of the last closed `<tag>...</tag>` of `text` outside any `<think>` block.
 fn block_outside_think(text: &str, tag: Tag) -> Option<(usize, usize)> {
     let (open, close) = (format!("<{}>", tag.name()), format!("</{}>", tag.name()));
     let (think_open, think_close) = (format!("<{}>", Tag::Think.name()), format!("</{}>", Tag::Think.name()));
     let mut depth = 0_usize;
     let mut at = 0;
+    let mut last = None;
     while let Some(offset) = text[at..].find('<') {
         let here = at + offset;
         let rest = &text[here..];
@@ -156,11 +172,13 @@ fn block_outside_think(text: &str, tag: Tag) -> Option<(usize, usize)> {
             at = here + think_close.len();
         } else if depth == 0 && rest.starts_with(&open) {
             let body = here + open.len();
-            let end = text[body..].find(&close)? + body + close.len();
-            return Some((here, end));
+            let Some(close_at) = text[body..].find(&close) else { break };
+            let end = body + close_at + close.len();
+            last = Some((here, end));
+            at = end;
         } else {
             at = here + 1;
         }
     }
-    None
+    last
 }

@@ -38,7 +38,8 @@ pub(super) struct UpdateOutcome {
     pub(super) grad_norm: f64,
     /// Learning rate of the last epoch.
     pub(super) lr: f64,
-    /// The first (on-policy) epoch's loss statistics.
+    /// The last epoch's loss statistics (KL, clip fraction, sampler KL): after the earlier
+    /// epochs' steps, so they show how far those moved the policy.
     pub(super) stats: LossStats,
     /// Mean entropy per trained token, first epoch.
     pub(super) entropy: f64,

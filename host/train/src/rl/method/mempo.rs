@@ -8,15 +8,18 @@
 //! group is the set of memories generated; a turn without one has no memory to compare), so
 //! turns without one neither shift its mean and spread nor receive a memory term.
 
+use std::ops::Range;
+
 use toolsmith_agent::backend::Message;
 use toolsmith_agent::{Mode, Trajectory};
-use toolsmith_policy::TokenSequence;
 use toolsmith_policy::score::micro_batches;
 use toolsmith_policy::tch::{self, Kind};
+use toolsmith_policy::{TokenSequence, Tokenizer};
 
 use crate::TrainError;
 use crate::rl::advantage::{answer_probability, memory_advantages};
 use crate::rl::config::RlConfig;
+use crate::rl::episode::{mem_text, tokens_covering};
 use crate::rl::loss::Aggregation;
 use crate::rl::method::{CreditAssignment, CreditContext, GroupView, MethodSpec, TurnCredit, episode_credit};
 use crate::rl::reward::{EpisodeReward, correct};
@@ -45,18 +48,36 @@ pub fn reward(trajectory: &Trajectory, golden: &[String]) -> EpisodeReward {
     EpisodeReward { total: outcome, outcome, steps: Vec::new() }
 }
 
-/// The `<mem>` of each turn of each episode, if it wrote one.
+/// The `<mem>` of each turn of each episode, if it wrote one: the block whose tokens get the
+/// memory advantage ([`mem_text`]).
 fn memories(group: &GroupView<'_>) -> Vec<Vec<Option<String>>> {
-    group
-        .episodes
-        .iter()
-        .map(|e| e.steps.iter().map(|s| toolsmith_agent::trace::parse(&s.text).mem().map(str::to_string)).collect())
-        .collect()
+    group.episodes.iter().map(|e| e.steps.iter().map(|s| mem_text(&s.text).map(str::to_string)).collect()).collect()
+}
+
+/// The tokens of `golden` in a probe's answer turn `<answer>{golden}</answer>` (`answer`, a range
+/// of `ids`): MemPO's answer probability is over the gold answer's tokens, not the tags around
+/// it, which are near-certain and would pull every memory's score towards 1. The whole turn when
+/// the answer is empty or its text is not found where it was written.
+pub fn golden_tokens(tokenizer: &Tokenizer, ids: &[i64], answer: Range<usize>, golden: &str) -> Range<usize> {
+    let golden = golden.trim();
+    let Ok((text, ends)) = tokenizer.decode_with_ends(&ids[answer.clone()]) else { return answer };
+    let open = "<answer>";
+    let found = text.find(open).map(|at| at + open.len()).filter(|&start| text[start..].starts_with(golden));
+    match found {
+        Some(start) if !golden.is_empty() => tokens_covering(&ends, start, start + golden.len())
+            .map(|r| answer.start + r.start..answer.start + r.end)
+            .unwrap_or(answer),
+        _ => {
+            tracing::warn!("the memory probe's answer {golden:?} was not found in its turn: scoring the whole turn");
+            answer
+        }
+    }
 }
 
 /// The memory reward of every turn that wrote a `<mem>`: the probability of the golden answer
-/// given the question and that memory (the geometric mean of the answer's token
-/// probabilities), minus the same given the memory before it (the question alone for the first).
+/// given the question and that memory (the geometric mean of the gold answer's token
+/// probabilities: [`golden_tokens`]), minus the same given the memory before it (the question
+/// alone for the first).
 fn memory_rewards(group: &GroupView<'_>, context: &CreditContext<'_>) -> Result<Vec<Vec<Option<f64>>>, TrainError> {
     let golden = group.task.golden_answers.first().cloned().unwrap_or_default();
     let system = group.episodes.first().map(|e| e.system.clone()).unwrap_or_default();
@@ -86,7 +107,7 @@ fn memory_rewards(group: &GroupView<'_>, context: &CreditContext<'_>) -> Result<
             return Err(TrainError::Agent("the memory probe has no answer turn".into()));
         };
         let mut mask = vec![false; encoded.ids.len()];
-        mask[answer].fill(true);
+        mask[golden_tokens(context.builder.tokenizer(), &encoded.ids, answer, &golden)].fill(true);
         sequences.push(TokenSequence { ids: encoded.ids, loss_mask: mask });
     }
     let policy = toolsmith_contract::sync::lock(context.policy);

@@ -11,6 +11,7 @@ use toolsmith_agent::tools::CREATE_TOOL;
 use toolsmith_agent::{Mode, Trajectory};
 
 use crate::TrainError;
+use crate::rl::advantage::GroupNorm;
 use crate::rl::config::RlConfig;
 use crate::rl::graph::GraphConfig;
 use crate::rl::loss::Aggregation;
@@ -32,10 +33,12 @@ pub static METHOD: MethodSpec = MethodSpec {
 struct Searl;
 
 /// Symmetric clip, KL 0.001 (its released training script), sampling at 0.7 / 0.98 with
-/// repetition penalty 1.05 (its Table 2), the tool graph on.
+/// repetition penalty 1.05 (its Table 2), the population std of its equations 4 and 6, the tool
+/// graph on.
 fn defaults(base: RlConfig) -> RlConfig {
     RlConfig {
         loss: base.loss.grpo(0.001, Aggregation::TokenMean),
+        group_norm: GroupNorm::MeanStdPopulation,
         temperature: 0.7,
         top_p: 0.98,
         repetition_penalty: 1.05,
