@@ -70,11 +70,20 @@ fn dapo_soft_overlong_penalty() {
 #[test]
 fn aggregation_weights() {
     let trained = [2, 4, 0];
-    assert_all_close(&token_weights(&trained, Aggregation::TokenMean, 0), &[1.0 / 6.0, 1.0 / 6.0, 0.0], 1e-12);
-    // Two sequences with tokens: each sequence's mean, then the mean of the two.
-    assert_all_close(&token_weights(&trained, Aggregation::SequenceMean, 0), &[0.25, 0.125, 0.0], 1e-12);
+    let episodes = [0, 1, 2];
+    let weights = |aggregation, constant| token_weights(&trained, &episodes, aggregation, constant);
+    assert_all_close(&weights(Aggregation::TokenMean, 0), &[1.0 / 6.0, 1.0 / 6.0, 0.0], 1e-12);
+    // Two episodes with tokens: each episode's mean, then the mean of the two.
+    assert_all_close(&weights(Aggregation::SequenceMean, 0), &[0.25, 0.125, 0.0], 1e-12);
     // Dr. GRPO: a constant normaliser of 10 tokens.
-    assert_all_close(&token_weights(&trained, Aggregation::SequenceSumConstant, 10), &[0.05, 0.05, 0.0], 1e-12);
+    assert_all_close(&weights(Aggregation::SequenceSumConstant, 10), &[0.05, 0.05, 0.0], 1e-12);
+    // A MemPO episode is a sequence per turn: episode 7's two turns (2 and 4 tokens) are one
+    // response of 6 tokens, weighted as episode 3's single turn of 2, not as two responses.
+    let (trained, episodes) = ([2, 4, 2, 0], [7, 7, 3, 3]);
+    let weights = |aggregation, constant| token_weights(&trained, &episodes, aggregation, constant);
+    assert_all_close(&weights(Aggregation::SequenceMean, 0), &[1.0 / 12.0, 1.0 / 12.0, 0.25, 0.0], 1e-12);
+    assert_all_close(&weights(Aggregation::SequenceSumConstant, 10), &[0.05, 0.05, 0.05, 0.0], 1e-12);
+    assert_all_close(&weights(Aggregation::TokenMean, 0), &[0.125, 0.125, 0.125, 0.0], 1e-12);
 }
 
 fn row(values: &[f64]) -> Tensor {
@@ -87,7 +96,7 @@ fn example(advantage: f64) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
     let current = row(&[0.0, 0.6_f64.ln(), 0.4_f64.ln()]).set_requires_grad(true);
     let mask = row(&[0.0, 1.0, 1.0]);
     let advantages = row(&[advantage; 3]);
-    let weights = row(&token_weights(&[2], Aggregation::TokenMean, 0).repeat(3));
+    let weights = row(&token_weights(&[2], &[0], Aggregation::TokenMean, 0).repeat(3));
     (current, old, mask, advantages, weights)
 }
 
@@ -799,7 +808,7 @@ fn gap_credit_with_dapo_overlong_filtering_by_hand() {
     assert_all_close(&a, &want, 1e-5);
     let trained: Vec<usize> = seq.tokens.loss_mask.iter().enumerate().filter(|(_, m)| **m).map(|(i, _)| i).collect();
     assert_eq!(trained, vec![3, 4, 5]);
-    assert_eq!(token_weights(&[trained.len()], Aggregation::TokenMean, 0), vec![1.0 / 3.0]);
+    assert_eq!(token_weights(&[trained.len()], &[0], Aggregation::TokenMean, 0), vec![1.0 / 3.0]);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The policy-gradient loss of group-relative RL: the PPO clipped surrogate on the policy's own
 //! tokens, with separate lower and upper clip ranges (DAPO's clip-higher), a KL penalty to a frozen
-//! reference (k1, k2 or the bounded k3 estimator), and a choice of how token losses are aggregated (GRPO's per-sequence
+//! reference (k1, k2 or the bounded k3 estimator), and a choice of how token losses are aggregated (GRPO's per-response
 //! mean, DAPO's token mean, Dr. GRPO's constant normaliser).
 //!
 //! Aggregation is expressed as a weight per token, computed on the host from the whole batch
@@ -18,10 +18,12 @@ pub enum Aggregation {
     /// Mean over all trained tokens of the batch (DAPO): a long answer weighs as much per token
     /// as a short one, so long wrong answers are not under-penalised.
     TokenMean,
-    /// Mean over sequences of each sequence's token mean (the original GRPO).
+    /// Mean over episodes of each episode's token mean (the original GRPO's per-response mean).
+    /// An episode trained as several sequences (MemPO's turns, a changed tool listing) is one
+    /// response: its turns share its weight, so more turns do not weigh more.
     SequenceMean,
-    /// Sum over a sequence's tokens divided by a constant (the longest allowed response), mean
-    /// over sequences (Dr. GRPO: no length normalisation bias).
+    /// Sum over an episode's tokens divided by a constant (the longest allowed response), mean
+    /// over episodes (Dr. GRPO: no length normalisation bias).
     SequenceSumConstant,
 }
 
@@ -96,22 +98,31 @@ impl LossConfig {
 }
 
 /// The weight of each trained token in the batch loss, per sequence, for `aggregation`.
-/// `trained[i]` is the number of trained tokens of sequence `i`; `constant` is Dr. GRPO's
-/// normaliser (the longest response the run allows). Every token of sequence `i` gets the same
-/// weight; sequences without trained tokens get 0.
-pub fn token_weights(trained: &[usize], aggregation: Aggregation, constant: usize) -> Vec<f64> {
-    let sequences = trained.iter().filter(|&&n| n > 0).count();
+/// `trained[i]` is the number of trained tokens of sequence `i` and `episodes[i]` the episode it
+/// comes from (sequences of one episode share a key); `constant` is Dr. GRPO's normaliser (the
+/// longest response the run allows). Every token of sequence `i` gets the same weight; sequences
+/// without trained tokens get 0.
+pub fn token_weights(trained: &[usize], episodes: &[usize], aggregation: Aggregation, constant: usize) -> Vec<f64> {
+    debug_assert_eq!(trained.len(), episodes.len(), "an episode key per sequence");
+    let mut per_episode: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for (&n, &e) in trained.iter().zip(episodes) {
+        if n > 0 {
+            *per_episode.entry(e).or_default() += n;
+        }
+    }
+    let count = per_episode.len() as f64;
     let total: usize = trained.iter().sum();
     trained
         .iter()
-        .map(|&n| {
+        .zip(episodes)
+        .map(|(&n, e)| {
             if n == 0 {
                 return 0.0;
             }
             match aggregation {
                 Aggregation::TokenMean => 1.0 / total as f64,
-                Aggregation::SequenceMean => 1.0 / (n as f64 * sequences as f64),
-                Aggregation::SequenceSumConstant => 1.0 / (constant.max(1) as f64 * sequences as f64),
+                Aggregation::SequenceMean => 1.0 / (per_episode[e] as f64 * count),
+                Aggregation::SequenceSumConstant => 1.0 / (constant.max(1) as f64 * count),
             }
         })
         .collect()

@@ -227,9 +227,11 @@ impl Unit for RlUnit {
         let policy = core.policy();
         let context = CreditContext { config: &self.config, policy: &policy, builder: &self.builder };
         let mut examples = Vec::new();
+        let mut first_episode = 0;
         for group in &sampled.kept {
             let credit = self.config.method.spec().assign.credit(&group.view(), &context)?;
-            examples.extend(self.examples(group, &credit)?);
+            examples.extend(self.examples(group, &credit, first_episode)?);
+            first_episode += group.episodes.len();
         }
         longest_first(&mut examples);
         let gap = self.old_logprobs(&mut examples, &policy)?;

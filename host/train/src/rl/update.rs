@@ -21,6 +21,9 @@ use crate::run::{Core, padded_rows};
 /// A trained sequence with its per-token inputs.
 pub(super) struct Example {
     sequence: EpisodeSequence,
+    /// The episode it comes from, unique in the iteration's batch (an episode may be several
+    /// sequences; the loss's per-episode aggregations weigh them as one).
+    episode: usize,
     advantages: Vec<f64>,
     /// The old policy's log-probs: the sampler's (behaviour) or the trainer's rescoring.
     old: Vec<f64>,
@@ -53,11 +56,17 @@ fn cut(episode: &Trajectory, step: usize, overlong_cache: usize) -> bool {
 }
 
 impl RlUnit {
-    /// The examples of one group from its turns' credit (`credit[episode][turn]`).
-    pub(super) fn examples(&self, group: &Group, credit: &[Vec<TurnCredit>]) -> Result<Vec<Example>, TrainError> {
+    /// The examples of one group from its turns' credit (`credit[episode][turn]`); its episodes
+    /// are numbered from `first_episode` on.
+    pub(super) fn examples(
+        &self,
+        group: &Group,
+        credit: &[Vec<TurnCredit>],
+        first_episode: usize,
+    ) -> Result<Vec<Example>, TrainError> {
         let tokenizer = self.builder.tokenizer();
         let mut examples = Vec::new();
-        for (episode, credit) in group.episodes.iter().zip(credit) {
+        for (number, (episode, credit)) in group.episodes.iter().zip(credit).enumerate() {
             let sequences = match episode_sequences(&self.builder, episode) {
                 Ok(s) => s,
                 Err(e) => {
@@ -77,7 +86,14 @@ impl RlUnit {
                     continue;
                 }
                 let old = sequence.behaviour.clone();
-                examples.push(Example { sequence, advantages, old, reference: None, importance: None });
+                examples.push(Example {
+                    sequence,
+                    episode: first_episode + number,
+                    advantages,
+                    old,
+                    reference: None,
+                    importance: None,
+                });
             }
         }
         Ok(examples)
@@ -151,7 +167,8 @@ impl RlUnit {
         let sequences: Vec<TokenSequence> = examples.iter().map(|e| e.sequence.tokens.clone()).collect();
         let trained: Vec<usize> =
             sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).collect();
-        let weights = token_weights(&trained, c.loss.aggregation, c.max_tokens * c.max_turns);
+        let episodes: Vec<usize> = examples.iter().map(|e| e.episode).collect();
+        let weights = token_weights(&trained, &episodes, c.loss.aggregation, c.max_tokens * c.max_turns);
         let mut outcome = UpdateOutcome { lr: core.schedule().lr(iteration * c.epochs as u64), ..Default::default() };
         if sequences.is_empty() {
             return Ok(outcome);
