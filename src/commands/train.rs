@@ -192,7 +192,7 @@ pub struct RlArgs {
     /// Turns per episode at most.
     #[arg(long)]
     pub max_turns: Option<usize>,
-    /// Tokens per turn at most.
+    /// Tokens per turn at most (DAPO's overlong window keeps its share of the budget).
     #[arg(long)]
     pub max_tokens: Option<usize>,
     /// List every tool of the world instead of retrieving from the run's growing tool graph
@@ -429,7 +429,10 @@ fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
         ($($flag:ident => $field:ident),*) => {$(if let Some(v) = args.$flag.clone() { config.$field = v; })*};
     }
     set!(iterations => iterations, group_size => group_size, tasks_per_iteration => tasks_per_iteration,
-         max_turns => max_turns, max_tokens => max_tokens);
+         max_turns => max_turns);
+    if let Some(max_tokens) = args.max_tokens {
+        config = config.with_max_tokens(max_tokens);
+    }
     apply_run_flags!(config, &args.run);
     if args.no_graph {
         config.graph = None;

@@ -1180,3 +1180,29 @@ fn smol_presets_keep_their_methods_settings_and_fit_their_budget() {
     let err = custom.validate().expect_err("no such tasks").to_string();
     assert!(err.contains("no custom tasks"), "{err}");
 }
+
+#[test]
+fn a_new_turn_budget_keeps_the_overlong_window_share() {
+    use toolsmith_train::rl::{Method, RlConfig};
+    // GAP: a quarter of the default 160 is 40; of 512, 128; of 32, 8 (before, 40 stayed and a
+    // budget under 40 was refused).
+    let gap = RlConfig::for_method(Method::GAP);
+    assert_eq!((gap.max_tokens, gap.overlong_cache), (160, 40));
+    for (max_tokens, window) in [(512, 128), (32, 8), (160, 40)] {
+        let config = gap.clone().with_max_tokens(max_tokens);
+        assert_eq!((config.max_tokens, config.overlong_cache), (max_tokens, window));
+        config.validate().expect("valid");
+    }
+    // The preset's 32 of 128, at 192: 48. A method without the window keeps none.
+    let preset = RlConfig::preset("smol-gap", None).expect("preset").with_max_tokens(192);
+    assert_eq!(preset.overlong_cache, 48);
+    assert_eq!(RlConfig::for_method(Method::SEARL).with_max_tokens(512).overlong_cache, 0);
+    // A file that sets the budget and not the window gets the window's share of its budget; one
+    // that sets both keeps its own.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("rl.json");
+    std::fs::write(&file, r#"{"method": "gap", "max_tokens": 32}"#).expect("write");
+    assert_eq!(RlConfig::from_file(&file).expect("config").overlong_cache, 8);
+    std::fs::write(&file, r#"{"method": "gap", "max_tokens": 512, "overlong_cache": 10}"#).expect("write");
+    assert_eq!(RlConfig::from_file(&file).expect("config").overlong_cache, 10);
+}

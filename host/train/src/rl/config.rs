@@ -398,6 +398,18 @@ impl RlConfig {
         crate::config::check_smol_init(name, &self.init)
     }
 
+    /// The same settings with a turn budget of `max_tokens`: DAPO's overlong window, when on,
+    /// keeps its share of the budget (GAP's quarter of 160 is 40; of 512, 128), so a longer
+    /// budget is not shaped over a sliver of it and a shorter one is not refused for a window
+    /// wider than itself.
+    pub fn with_max_tokens(self, max_tokens: usize) -> Self {
+        let overlong_cache = match self.max_tokens {
+            0 => self.overlong_cache,
+            old => (self.overlong_cache as f64 * max_tokens as f64 / old as f64).round() as usize,
+        };
+        RlConfig { max_tokens, overlong_cache: overlong_cache.min(max_tokens), ..self }
+    }
+
     /// Reads a TOML (`.toml`) or JSON file over `method`'s defaults. Unknown keys are errors.
     pub fn from_file(path: &Path) -> Result<Self, TrainError> {
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
@@ -413,8 +425,13 @@ impl RlConfig {
                 .map_err(|e| TrainError::Config(format!("{}: method: {e}", path.display())))?,
             None => Method::GAP,
         };
-        let mut merged =
-            serde_json::to_value(RlConfig::for_method(method)).map_err(|e| TrainError::Config(e.to_string()))?;
+        // A file that sets the turn budget but not the overlong window gets the method's window
+        // at its share of that budget (GAP's quarter), not of the default budget.
+        let mut defaults = RlConfig::for_method(method);
+        if let Some(max_tokens) = value.get("max_tokens").and_then(serde_json::Value::as_u64) {
+            defaults = defaults.with_max_tokens(usize::try_from(max_tokens).unwrap_or(usize::MAX));
+        }
+        let mut merged = serde_json::to_value(defaults).map_err(|e| TrainError::Config(e.to_string()))?;
         merge(&mut merged, value);
         let config: RlConfig =
             serde_json::from_value(merged).map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?;
