@@ -13,6 +13,7 @@ use toolsmith_registry::Registry;
 use toolsmith_sandbox::python::{PythonRuntime, default_guest_path};
 use toolsmith_sandbox::{Limits, Sandbox, SandboxConfig, Toolbox};
 use toolsmith_train::rl::graph::{REGISTRY_FILE, TrainingGraph};
+use toolsmith_train::rl::reward::EpisodeReward;
 
 /// The world's search and a fresh toolbox with the Python guest (no plugins: they are not what
 /// this test is about).
@@ -66,13 +67,20 @@ fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_chec
     assert!(!plain.calls().any(|c| c.name == CREATE_TOOL));
     let searches = |e: &[Trajectory]| e.iter().flat_map(|e| e.calls()).filter(|c| c.name == "search").count();
     let mixed = [episodes[0].clone(), plain];
-    let update = graph.learn(1, &[("t", mixed.as_slice(), &[0.4, 1.0])], true, &[executor.as_ref()]).expect("learn");
+    let right = |total| EpisodeReward { total, outcome: 1.0, steps: Vec::new() };
+    let wrong = |total| EpisodeReward { total, outcome: 0.0, steps: Vec::new() };
+    let update = graph
+        .learn(1, &[("t", mixed.as_slice(), &[right(0.4), right(1.0)])], true, &[executor.as_ref()])
+        .expect("learn");
     assert_eq!((update.candidates, update.admitted), (0, 0), "{update:?}");
-    // Nor does a group where every rollout failed add anything.
-    let update = graph.learn(1, &[("t", episodes.as_slice(), &[0.0, 0.0])], true, &[executor.as_ref()]).expect("learn");
+    // Nor does a group where every rollout answered wrong add anything, though SEARL's shaping
+    // (well-formed, planned, executed turns) gave them totals above 0.
+    let update = graph
+        .learn(1, &[("t", episodes.as_slice(), &[wrong(0.3), wrong(0.3)])], true, &[executor.as_ref()])
+        .expect("learn");
     assert_eq!((update.candidates, update.admitted), (0, 0), "{update:?}");
     let update = graph
-        .learn(1, &[(task.id.as_str(), episodes.as_slice(), &[1.0, 1.0])], true, &[executor.as_ref()])
+        .learn(1, &[(task.id.as_str(), episodes.as_slice(), &[right(1.0), right(1.0)])], true, &[executor.as_ref()])
         .expect("learn");
     assert_eq!((update.candidates, update.admitted, update.merged), (2, 1, 0), "{update:?}");
     assert_eq!(graph.admitted_names().expect("names"), vec![compute.name.clone()]);
@@ -103,7 +111,9 @@ fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_chec
     let checkpoint = dir.path().join("step-1");
     std::fs::create_dir_all(&checkpoint).expect("mkdir");
     graph.snapshot(&checkpoint).expect("snapshot");
-    graph.learn(2, &[(task.id.as_str(), episodes.as_slice(), &[1.0, 1.0])], true, &[executor.as_ref()]).expect("learn");
+    graph
+        .learn(2, &[(task.id.as_str(), episodes.as_slice(), &[right(1.0), right(1.0)])], true, &[executor.as_ref()])
+        .expect("learn");
     drop(graph);
 
     // Resume in a fresh process: new executors that know nothing of the tool.

@@ -17,6 +17,7 @@ use toolsmith_contract::{Manifest, ToolKind};
 use toolsmith_registry::{NewTool, Registered, Registry, SortBy};
 
 use crate::TrainError;
+use crate::rl::reward::EpisodeReward;
 
 /// The registry's file name, in the run directory and in each checkpoint.
 pub const REGISTRY_FILE: &str = "registry.db";
@@ -168,14 +169,15 @@ impl TrainingGraph {
     /// best-reward admission, plan edges and call statistics. Newly admitted tools are installed
     /// into each of `executors`.
     ///
-    /// Only rollouts that reach their group's highest reward (above 0) are candidates: the
-    /// registry's admission picks the best *candidate*, so a lower-reward rollout's tools would
-    /// otherwise be admitted whenever the best rollout wrote none, and a group that failed
-    /// altogether would still add tools.
+    /// Only rollouts that answered right (`outcome > 0`) and reach the highest total reward among
+    /// the group's right ones are candidates: the registry's admission picks the best
+    /// *candidate*, so a lower-reward rollout's tools would otherwise be admitted whenever the
+    /// best rollout wrote none, and a group that failed altogether would still add tools (SEARL's
+    /// shaped totals are above 0 for a well-formed wrong answer).
     pub fn learn(
         &self,
         iteration: u64,
-        groups: &[(&str, &[Trajectory], &[f64])],
+        groups: &[(&str, &[Trajectory], &[EpisodeReward])],
         admit: bool,
         executors: &[&dyn Executor],
     ) -> Result<GraphUpdate, TrainError> {
@@ -186,11 +188,13 @@ impl TrainingGraph {
         {
             let mut registry = self.lock();
             for (task, episodes, rewards) in groups {
-                let best = rewards.iter().copied().filter(|r| r.is_finite()).fold(f64::NEG_INFINITY, f64::max);
-                for (episode, &reward) in episodes.iter().zip(rewards.iter()) {
-                    if !(reward.is_finite() && reward >= best && reward > 0.0) {
+                let right = |r: &&EpisodeReward| r.outcome > 0.0 && r.total.is_finite();
+                let best = rewards.iter().filter(right).map(|r| r.total).fold(f64::NEG_INFINITY, f64::max);
+                for (episode, reward) in episodes.iter().zip(rewards.iter()) {
+                    if !(right(&reward) && reward.total >= best) {
                         continue;
                     }
+                    let reward = reward.total;
                     update.candidates +=
                         record_candidates(&mut registry, RUN, iteration, task, episode, reward).map_err(err)?;
                 }
@@ -211,7 +215,7 @@ impl TrainingGraph {
             // (a creation, a typo) are not its statistics and are skipped.
             let mut usage = Vec::new();
             for (_, episodes, rewards) in groups {
-                for (episode, &reward) in episodes.iter().zip(rewards.iter()) {
+                for (episode, reward) in episodes.iter().zip(rewards.iter().map(|r| r.total)) {
                     if !reward.is_finite() {
                         continue;
                     }

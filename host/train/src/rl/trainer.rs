@@ -24,7 +24,7 @@ use crate::optim::Schedule;
 use crate::rl::config::RlConfig;
 use crate::rl::graph::{GraphUpdate, REGISTRY_FILE, TrainingGraph};
 use crate::rl::method::{CreditContext, GroupView};
-use crate::rl::reward::correct;
+use crate::rl::reward::{EpisodeReward, correct};
 use crate::rl::rollout::{Group, TrainWorld, mix, pool_hash, simulated};
 use crate::rl::update::longest_first;
 use crate::run::{Core, Event, Opened, Resume, Setup, Unit, open, trainable};
@@ -347,12 +347,10 @@ impl RlUnit {
             return Ok(GraphUpdate::default());
         };
         // Task ids repeat across worlds: the graph's admission is per task of a world.
-        let keyed: Vec<(String, Vec<f64>, &Group)> = groups
-            .iter()
-            .map(|g| (format!("world-{}/{}", g.world, g.task.id), g.rewards.iter().map(|r| r.total).collect(), *g))
-            .collect();
-        let views: Vec<(&str, &[Trajectory], &[f64])> =
-            keyed.iter().map(|(k, r, g)| (k.as_str(), g.episodes.as_slice(), r.as_slice())).collect();
+        let keyed: Vec<(String, &Group)> =
+            groups.iter().map(|g| (format!("world-{}/{}", g.world, g.task.id), *g)).collect();
+        let views: Vec<(&str, &[Trajectory], &[EpisodeReward])> =
+            keyed.iter().map(|(k, g)| (k.as_str(), g.episodes.as_slice(), g.rewards.as_slice())).collect();
         let executors: Vec<&dyn Executor> = self.worlds.iter().map(|w| w.tools.as_ref()).collect();
         graph.learn(iteration + 1, &views, settings.admit, &executors)
     }
