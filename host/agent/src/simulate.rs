@@ -24,8 +24,6 @@ pub struct ToolActor {
     table: Arc<TokenTable>,
     grammars: Arc<Mutex<HashMap<String, Arc<JsonSchemaGrammar>>>>,
     params: SamplingParams,
-    /// Calls so far: each call samples with its own seed, so observations vary.
-    calls: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl ToolActor {
@@ -35,7 +33,7 @@ impl ToolActor {
             let p = toolsmith_contract::sync::lock(&policy);
             Arc::new(TokenTable::new(p.tokenizer())?)
         };
-        Ok(ToolActor { policy, table, grammars: Arc::default(), params, calls: Arc::default() })
+        Ok(ToolActor { policy, table, grammars: Arc::default(), params })
     }
 
     fn grammar(&self, manifest: &Manifest) -> Result<Arc<JsonSchemaGrammar>, StructuredError> {
@@ -74,8 +72,7 @@ impl ToolActor {
         let policy = toolsmith_contract::sync::lock(&self.policy);
         let tool_error = |e: String| StructuredError::new(ErrorKind::ToolError, name, e);
         let prompt = prompt_ids(&policy, &Self::messages(manifest, args)).map_err(|e| tool_error(e.to_string()))?;
-        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let params = SamplingParams { seed: self.params.seed.wrapping_add(n), ..self.params.clone() };
+        let params = SamplingParams { seed: call_seed(self.params.seed, manifest, args), ..self.params.clone() };
         let outputs = policy
             .generate_json(&[prompt], &[grammar.as_ref()], &self.table, &params)
             .map_err(|e| tool_error(e.to_string()))?;
@@ -85,6 +82,20 @@ impl ToolActor {
             None => Err(tool_error("no output".into())),
         }
     }
+}
+
+/// A call's own seed: the actor's seed mixed with the tool's name and the call's arguments. A
+/// simulated tool then answers one call one way, as a real tool does, whatever order the calls of
+/// concurrent episodes reach it in, and a resumed run sees the observations an uninterrupted one
+/// saw (a shared call counter gave neither). Other arguments draw other observations.
+pub fn call_seed(seed: u64, manifest: &Manifest, args: &Value) -> u64 {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(manifest.name.as_str().as_bytes());
+    hasher.update(&[0]);
+    hasher.update(args.to_string().as_bytes());
+    let mut word = [0_u8; 8];
+    word.copy_from_slice(&hasher.finalize().as_bytes()[..8]);
+    seed ^ u64::from_le_bytes(word)
 }
 
 impl Simulator for ToolActor {

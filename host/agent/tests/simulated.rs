@@ -27,13 +27,40 @@ async fn simulated_tools_answer_with_valid_observations() {
     .expect("admitted");
     tools.add_simulated(manifest).expect("schemas compile");
     assert!(tools.manifests().iter().any(|m| m.name.as_str() == "flight_status"));
+    let mut outputs = Vec::new();
     for i in 0..20 {
         let args = json!({"flight": format!("LH{:03}", 100 + i)});
         let out = tools.call("flight_status", &args).await.value.expect("a valid observation");
+        outputs.push(out.clone());
         assert!(["on_time", "delayed", "cancelled"].contains(&out["status"].as_str().expect("status")), "{out}");
         let gate = out["gate"].as_str().expect("gate");
         assert!(gate.starts_with(|c: char| ('A'..='F').contains(&c)) && gate.len() <= 3, "{out}");
     }
+    // One call, one answer: the same arguments draw the same observation whatever was called
+    // in between (concurrent episodes), other arguments another draw.
+    let first = tools.call("flight_status", &json!({"flight": "LH100"})).await.value.expect("valid");
+    let again = tools.call("flight_status", &json!({"flight": "LH100"})).await.value.expect("valid");
+    assert_eq!(first, again);
+    // A new actor (a resumed run) answers its first call as this one answered its first: the
+    // seed does not depend on the calls before it. (Later calls of one policy may round
+    // differently from a first one, through its caches, and a draw at temperature 1 may follow.)
+    let fresh = Arc::new(
+        ToolActor::new(
+            Arc::new(Mutex::new(Policy::tiny(3, LoadOptions::default()).expect("tiny"))),
+            SamplingParams { max_new_tokens: 32, temperature: 1.0, seed: 5, ..SamplingParams::default() },
+        )
+        .expect("actor"),
+    );
+    let tools_again = LocalTools::new().with_simulator(fresh);
+    tools_again
+        .add_simulated(tools.manifests().into_iter().find(|m| m.name.as_str() == "flight_status").expect("tool"))
+        .expect("added");
+    assert_eq!(tools_again.call("flight_status", &json!({"flight": "LH100"})).await.value.expect("valid"), outputs[0]);
+    let manifest = tools.manifests().into_iter().find(|m| m.name.as_str() == "flight_status").expect("tool");
+    let seeds: std::collections::HashSet<u64> = (0..20)
+        .map(|i| toolsmith_agent::simulate::call_seed(5, &manifest, &json!({"flight": format!("LH{:03}", 100 + i)})))
+        .collect();
+    assert_eq!(seeds.len(), 20, "other arguments, other seeds");
     let bad = tools.call("flight_status", &json!({"flight": "nope"})).await;
     assert_eq!(Verdict::of(&bad.value), Verdict::InvalidArgs);
     let missing = tools.call("flight_statu", &json!({})).await;
