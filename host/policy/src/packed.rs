@@ -90,6 +90,9 @@ pub fn worthwhile(device: Device, kind: Kind) -> bool {
 /// Packs a small weight of `kind` and compares its product with `Tensor::linear`'s.
 fn check(kind: Kind) -> bool {
     let result = tch::no_grad(|| -> Result<bool, PackedError> {
+        // Its draws hold the global generator, as a model's initialisation does: unguarded, they
+        // could land inside another thread's seeded initialisation and change its weights.
+        let _seeded = crate::checkpoint::seeded(0);
         let options = (kind, Device::Cpu);
         let weight = Tensor::randn([24, 40], options);
         let bias = Tensor::randn([24], options);
