@@ -85,7 +85,7 @@ impl Precision {
 
 /// Holds libtorch's global generator, seeded with `seed`, until dropped: two models initialised
 /// at once on different threads would interleave their draws, and neither would be the seed's.
-pub(crate) fn seeded(seed: u64) -> std::sync::MutexGuard<'static, ()> {
+pub fn seeded(seed: u64) -> std::sync::MutexGuard<'static, ()> {
     static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let guard = toolsmith_contract::sync::lock(&INIT);
     tch::manual_seed(seed as i64);

@@ -24,7 +24,7 @@ pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
-pub use checkpoint::{LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER, cpu_has_bf16};
+pub use checkpoint::{LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER, cpu_has_bf16, seeded};
 pub use config::{DecoderSpec, ModelConfig};
 pub use generate::{Constraint, FinishReason, Generation, GenerationStats, TokenEvent};
 pub use lora::{AdapterFiles, LoraConfig};

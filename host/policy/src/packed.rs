@@ -90,13 +90,17 @@ pub fn worthwhile(device: Device, kind: Kind) -> bool {
 /// Packs a small weight of `kind` and compares its product with `Tensor::linear`'s.
 fn check(kind: Kind) -> bool {
     let result = tch::no_grad(|| -> Result<bool, PackedError> {
-        // Its draws hold the global generator, as a model's initialisation does: unguarded, they
-        // could land inside another thread's seeded initialisation and change its weights.
-        let _seeded = crate::checkpoint::seeded(0);
-        let options = (kind, Device::Cpu);
-        let weight = Tensor::randn([24, 40], options);
-        let bias = Tensor::randn([24], options);
-        let x = Tensor::randn([3, 40], options);
+        // Fixed values, not random draws: a draw from libtorch's one global generator could
+        // land inside another thread's seeded initialisation (or a training step's dropout) and
+        // change what that seed gives.
+        let values = |shape: &[i64], phase: f64| {
+            let n: i64 = shape.iter().product();
+            // Small, so that a product's bf16 rounding stays far below the tolerance.
+            ((Tensor::arange(n, (Kind::Float, Device::Cpu)) * 0.7 + phase).sin() * 0.25).reshape(shape).to_kind(kind)
+        };
+        let weight = values(&[24, 40], 0.0);
+        let bias = values(&[24], 1.0);
+        let x = values(&[3, 40], 2.0);
         let got = linear(&x, &pack(&weight)?, Some(&bias))?;
         let want = x.linear(&weight, Some(&bias));
         let diff = (got.to_kind(Kind::Float) - want.to_kind(Kind::Float)).abs().max().double_value(&[]);

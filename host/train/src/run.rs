@@ -156,6 +156,8 @@ pub struct Core {
     eval_every: u64,
     checkpoint_every: u64,
     keep_checkpoints: usize,
+    /// Whether the updates draw dropout masks (LoRA dropout above 0).
+    dropout: bool,
 }
 
 impl std::fmt::Debug for Core {
@@ -225,6 +227,7 @@ impl Core {
             eval_every: setup.eval_every,
             checkpoint_every: setup.checkpoint_every,
             keep_checkpoints: setup.keep_checkpoints,
+            dropout: setup.config.lora().is_some_and(|l| l.dropout > 0.0),
         })
     }
 
@@ -303,7 +306,12 @@ impl Core {
                 self.checkpoint(unit, on_event)?;
                 return Err(TrainError::Cancelled);
             }
+            // Dropout draws from libtorch's one global generator, which no checkpoint holds:
+            // seeded from the run's seed and the unit, and held through it, the masks of a
+            // resumed run are those of an uninterrupted one.
+            let generator = self.dropout.then(|| toolsmith_policy::seeded(unit_seed(self.state.seed, self.state.step)));
             let mut record = unit.unit(self)?;
+            drop(generator);
             unit.sync(self)?;
             self.state.step += 1;
             self.state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
@@ -404,6 +412,11 @@ macro_rules! run_config {
     };
 }
 pub(crate) use run_config;
+
+/// The global generator's seed for unit `step` of a run seeded `seed`.
+fn unit_seed(seed: u64, step: u64) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ step
+}
 
 /// The policy a run trains: with LoRA adapters (fresh, or the checkpoint's when resuming; on
 /// the top `trainable_layers` only, when set), or frozen below its `trainable_layers` (checked

@@ -353,7 +353,8 @@ fn lora_trains_the_adapters_alone_resumes_exactly_and_publishes_merged() {
     let lora = LoraConfig {
         rank: 4,
         alpha: 8.0,
-        dropout: 0.0,
+        // Dropout, so that the resume below must repeat its masks too.
+        dropout: 0.1,
         target_modules: vec!["q_proj".into(), "v_proj".into()],
         layers_to_transform: None,
     };
