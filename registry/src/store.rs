@@ -522,6 +522,57 @@ impl Registry {
         Ok(out)
     }
 
+    /// The name each of `tools` (name, description) would be kept under if they were registered
+    /// now, in order, with merging; nothing is written. That is its own name (a new tool, or one
+    /// the registry holds), the tool it is an alias of, or the most similar tool, held or earlier
+    /// in `tools`, at or above the merge threshold. SEARL anchors its step credit on these names,
+    /// so near-duplicate tools that different rollouts wrote share one step group.
+    pub fn merged_names(&mut self, tools: &[(&str, &str)]) -> Result<Vec<String>, RegistryError> {
+        if tools.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<String> = tools.iter().map(|(name, description)| embed::tool_text(name, description)).collect();
+        let vectors = self.embedder()?.embed(&texts)?;
+        self.dense.sync(&self.conn)?;
+        let threshold = self.settings.merge_threshold;
+        // The new names so far, with their vectors, as a batch's earlier tools take part in
+        // merging its later ones.
+        let mut fresh: Vec<(String, Vec<f32>)> = Vec::new();
+        let mut out = Vec::with_capacity(tools.len());
+        for (&(name, _), vector) in tools.iter().zip(vectors) {
+            if let Some(known) = self.resolve(name)? {
+                out.push(known);
+                continue;
+            }
+            if fresh.iter().any(|(n, _)| n == name) {
+                out.push(name.to_string());
+                continue;
+            }
+            let held = self.dense.nearest(&vector).filter(|(_, s)| *s >= threshold);
+            let earlier = fresh
+                .iter()
+                .map(|(n, v)| (n, cosine(v, &vector)))
+                .filter(|(_, s)| *s >= threshold)
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            let into = match (held, earlier) {
+                (Some((_, h)), Some((n, e))) if e > h => Some(n.clone()),
+                (Some((id, _)), _) => {
+                    Some(self.conn.query_row("SELECT name FROM tools WHERE id = ?1", [id], |r| r.get(0))?)
+                }
+                (None, Some((n, _))) => Some(n.clone()),
+                (None, None) => None,
+            };
+            match into {
+                Some(into) => out.push(into),
+                None => {
+                    out.push(name.to_string());
+                    fresh.push((name.to_string(), vector));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Merges `other` into `canonical`: every edge of `other` is redirected to `canonical` (counts
     /// and weights add up where both had the edge; edges between the two would be self-loops and
     /// are dropped), statistics add up, aliases follow, and `other` becomes an alias.

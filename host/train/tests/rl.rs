@@ -792,8 +792,12 @@ fn gap_credit_with_dapo_overlong_filtering_by_hand() {
     let assign = Method::GAP.spec().assign;
     let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
     let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
-    let credit =
-        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    let credit = assign
+        .credit(
+            &view,
+            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
+        )
+        .expect("credit");
     // Binary EM 1, 0, 0, 1: mean 0.5, sample std 0.57735, A = +-0.866025 on every turn.
     for (i, sign) in [1.0, -1.0, -1.0, 1.0].into_iter().enumerate() {
         for turn in &credit[i] {
@@ -835,19 +839,52 @@ fn searl_credit_is_the_episode_plus_lambda_times_the_tool_anchored_step_advantag
     let assign = Method::SEARL.spec().assign;
     // Both first turns are anchored on `f`: returns (gamma 0.5) 0.2 + 0.5 * 1.1 = 0.75 and
     // 0.2 + 0.5 * 0.1 = 0.25, mean 0.5, so A_S = +-0.25; the answers have no anchor (A_S 0).
-    let credit =
-        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    let credit = assign
+        .credit(
+            &view,
+            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
+        )
+        .expect("credit");
     let turns = |i: usize| credit[i].iter().map(|t| t.turn).collect::<Vec<_>>();
     assert_all_close(&turns(0), &[0.75, 0.5], 1e-12);
     assert_all_close(&turns(1), &[-0.75, -0.5], 1e-12);
     // lambda 2 doubles the step part only.
     config.step_credit.lambda = 2.0;
-    let credit =
-        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    let credit = assign
+        .credit(
+            &view,
+            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
+        )
+        .expect("credit");
     assert_all_close(&credit[0].iter().map(|t| t.turn).collect::<Vec<_>>(), &[1.0, 0.5], 1e-12);
     let mut seq = two_turns();
     let a = token_advantages(&mut seq, &credit[0], |_| false, no_mem).expect("advantages");
     assert_all_close(&a, &[0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5, 0.5, 0.5], 1e-12);
+
+    // The second episode calls `g` instead: each tool is alone in its step group, so there is
+    // no step advantage (single vanishing), only A_E. When the graph would merge `g` into `f`
+    // (near-duplicates), both anchor on `f` again and the step advantages return.
+    let g = || call("g", json!({"x": 1}), "valid", json!({"y": 2}));
+    let other = trajectory(
+        vec![step("<tool_call>{}</tool_call>", vec![g()], &[]), step("<answer>x</answer>", vec![], &[])],
+        Some("Rome"),
+    );
+    let episodes = vec![ep("Paris"), other];
+    let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
+    let apart = assign
+        .credit(
+            &view,
+            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
+        )
+        .expect("credit");
+    assert_all_close(&apart[0].iter().map(|t| t.turn).collect::<Vec<_>>(), &[0.5, 0.5], 1e-12);
+    assert_all_close(&apart[1].iter().map(|t| t.turn).collect::<Vec<_>>(), &[-0.5, -0.5], 1e-12);
+    let merged: std::collections::HashMap<String, String> = [("g".to_string(), "f".to_string())].into();
+    let together = assign
+        .credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &merged })
+        .expect("credit");
+    assert_all_close(&together[0].iter().map(|t| t.turn).collect::<Vec<_>>(), &[1.0, 0.5], 1e-12);
+    assert_all_close(&together[1].iter().map(|t| t.turn).collect::<Vec<_>>(), &[-1.0, -0.5], 1e-12);
 }
 
 #[test]
@@ -874,8 +911,12 @@ fn mtr_credit_follows_its_composite_reward() {
     let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
     assert_all_close(&rewards.iter().map(|r| r.total).collect::<Vec<_>>(), &[1.0, 0.4, 0.3, 0.0], 1e-12);
     let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
-    let credit =
-        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    let credit = assign
+        .credit(
+            &view,
+            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
+        )
+        .expect("credit");
     // Mean 0.425.
     for (i, want) in [0.575, -0.025, -0.125, -0.425].into_iter().enumerate() {
         assert!(credit[i].iter().all(|t| close(t.turn, want, 1e-12) && t.memory == 0.0), "{i}: {:?}", credit[i]);
@@ -908,8 +949,12 @@ fn mempo_credit_puts_the_memory_term_on_mem_tokens_only() {
     let assign = Method::MEMPO.spec().assign;
     let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
     let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
-    let credit =
-        assign.credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder }).expect("credit");
+    let credit = assign
+        .credit(
+            &view,
+            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
+        )
+        .expect("credit");
     // Episode advantages +-0.5 on every turn; the two memories form the pool (their advantages
     // are opposite); the turns without a memory get no memory term.
     assert!(credit[0].iter().all(|t| close(t.turn, 0.5, 1e-12)), "{credit:?}");
@@ -922,7 +967,10 @@ fn mempo_credit_puts_the_memory_term_on_mem_tokens_only() {
     for (lambda, scale) in [(0.5, 0.5), (0.0, 0.0)] {
         config.step_credit.lambda = lambda;
         let weighed = assign
-            .credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder })
+            .credit(
+                &view,
+                &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
+            )
             .expect("credit");
         assert!(close(weighed[0][0].memory, scale * m0, 1e-12) && weighed[1][1].memory == scale * m1, "{weighed:?}");
         assert!(weighed[0].iter().all(|t| close(t.turn, 0.5, 1e-12)), "{weighed:?}");
@@ -1027,7 +1075,10 @@ fn gigpo_adds_a_step_advantage_among_turns_from_the_same_state() {
         let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
         let view = GroupView { task: &golden, episodes, rewards: &rewards };
         let credit = assign
-            .credit(&view, &CreditContext { config: &config, policy: &policy, builder: &builder })
+            .credit(
+                &view,
+                &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
+            )
             .expect("credit");
         credit.iter().map(|turns| turns.iter().map(|t| t.turn).collect::<Vec<_>>()).collect::<Vec<_>>()
     };

@@ -143,6 +143,33 @@ fn near_duplicates_merge_on_registration() {
 }
 
 #[test]
+fn merged_names_say_where_tools_would_go_and_write_nothing() {
+    let (_d, path) = temp();
+    let mut r = open_with(&path, Settings { merge_threshold: 0.9, ..Settings::default() });
+    seed(&mut r);
+    let dup = tool("csv_into_json", "Convert CSV text into a JSON array of objects, one per row.");
+    assert!(matches!(r.register(dup, true).expect("register"), Registered::Merged { .. }));
+    let before = r.len().expect("len");
+    let names = r
+        .merged_names(&[
+            // An alias goes to its canonical tool, a held tool keeps its name.
+            ("csv_into_json", "anything"),
+            ("mean", "Arithmetic mean of a list of numbers."),
+            // A near-duplicate of a held tool, a new tool, then a near-duplicate of that one and
+            // the new tool's own name again.
+            ("csv_rows_to_json", "Convert CSV text into a JSON array of objects."),
+            ("median", "Median of a list of numbers."),
+            ("list_median", "Median of a list of numbers."),
+            ("median", "The middle value of a list of numbers."),
+        ])
+        .expect("names");
+    assert_eq!(names, ["csv_to_json", "mean", "csv_to_json", "median", "median", "median"]);
+    assert_eq!(r.len().expect("len"), before, "nothing is registered");
+    assert_eq!(r.resolve("median").expect("resolve"), None);
+    assert!(r.merged_names(&[]).expect("none").is_empty());
+}
+
+#[test]
 fn register_best_admits_only_the_best_trajectory_per_task() {
     let (_d, path) = temp();
     let mut r = open(&path);

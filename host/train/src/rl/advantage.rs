@@ -111,10 +111,10 @@ pub fn overlong_penalty(length: usize, max_length: usize, cache: usize) -> f64 {
 /// SEARL's tool-anchored step advantages for one task's group.
 ///
 /// `step_rewards[i][t]` is episode `i`'s reward at step `t` and `anchors[i][t]` the tool its step
-/// `t` invoked, if any. A tool created in this iteration is anchored by the name it was created
-/// under: SEARL merges near-duplicates before grouping, here the graph merges them after credit
-/// is assigned, so two names for one tool are two anchors (each alone in its group unless
-/// reused). Each step's return-to-go
+/// `t` invoked, if any. As SEARL merges near-duplicate tools before grouping, a tool created in
+/// this iteration is anchored by the name the tool graph would merge it into
+/// (`TrainingGraph::merged_names`, mapped by the method's credit), so two rollouts' names for
+/// one tool are one anchor. Each step's return-to-go
 /// `R_t = sum_k gamma^(k-t) r_k` is compared with the returns of every step, in any episode of the
 /// group, anchored on the same tool: `A_S = (R_t - mean) / (std + eps)` (or `R_t - mean`).
 /// Steps with no anchor get 0. With `single_vanishing` a tool used by a single step in the whole

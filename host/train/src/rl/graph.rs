@@ -5,6 +5,7 @@
 //! Admitted tools are installed in the executors, so later iterations can call what earlier ones
 //! wrote. Each checkpoint carries a snapshot of the registry; resuming restores it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -228,6 +229,29 @@ impl TrainingGraph {
         }
         self.install(&fresh, executors)?;
         Ok(update)
+    }
+
+    /// The name each tool the `episodes` created would merge into if the graph admitted it now
+    /// (near-duplicates of held tools, or of each other, share one; see
+    /// [`Registry::merged_names`]); names that merge nowhere are left out. SEARL merges the
+    /// iteration's created tools before it forms its step groups.
+    pub fn merged_names<'a>(
+        &self,
+        episodes: impl IntoIterator<Item = &'a Trajectory>,
+    ) -> Result<HashMap<String, String>, TrainError> {
+        let created: Vec<(&str, &str)> = episodes
+            .into_iter()
+            .flat_map(Trajectory::calls)
+            .filter_map(|c| c.created.as_ref())
+            .map(|tool| (tool.manifest.name.as_str(), tool.manifest.description.as_str()))
+            .collect();
+        let names = self.lock().merged_names(&created).map_err(|e| registry_error(&self.path, e))?;
+        Ok(created
+            .iter()
+            .zip(names)
+            .filter(|((name, _), into)| name != into)
+            .map(|((name, _), into)| (name.to_string(), into))
+            .collect())
     }
 
     /// Names of the tools the graph admitted from rollouts (agent-written Python tools).

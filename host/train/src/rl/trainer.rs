@@ -4,7 +4,7 @@
 //! the clipped surrogate ([`super::update`]). The loop, checkpoints, resume and evaluation are the
 //! trainer core's ([`crate::run`]); this file is the orchestration.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -225,7 +225,13 @@ impl Unit for RlUnit {
         // reuses their memory instead of adding to it (issue: RL's peak RSS).
         self.backend.release_memory();
         let policy = core.policy();
-        let context = CreditContext { config: &self.config, policy: &policy, builder: &self.builder };
+        // SEARL merges the iteration's created tools before forming step groups, so that two
+        // rollouts' near-duplicate tools anchor one group (the graph admits them after credit).
+        let merged = match &self.graph {
+            Some(graph) => graph.merged_names(sampled.kept.iter().flat_map(|g| &g.episodes))?,
+            None => HashMap::new(),
+        };
+        let context = CreditContext { config: &self.config, policy: &policy, builder: &self.builder, merged: &merged };
         let mut examples = Vec::new();
         let mut first_episode = 0;
         for group in &sampled.kept {

@@ -18,6 +18,7 @@ pub mod mtr;
 pub mod searl;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::Mutex;
@@ -81,7 +82,7 @@ pub struct TurnCredit {
 }
 
 /// What a method may use beyond the group: the run's settings, the policy being trained (MemPO
-/// scores its memories with it) and the run's sequence builder.
+/// scores its memories with it), the run's sequence builder, and the tool graph's merges.
 #[derive(Clone, Copy)]
 #[allow(missing_debug_implementations)] // borrows of a policy and a builder: nothing to show
 pub struct CreditContext<'a> {
@@ -91,6 +92,9 @@ pub struct CreditContext<'a> {
     pub policy: &'a Mutex<Policy>,
     /// Conversations to token sequences.
     pub builder: &'a SequenceBuilder,
+    /// Created tools' names to the name the tool graph would merge them into (SEARL anchors a
+    /// step on the merged tool); empty without a graph, and for names that merge nowhere.
+    pub merged: &'a HashMap<String, String>,
 }
 
 /// A method's rewards and credit assignment.

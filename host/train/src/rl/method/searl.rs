@@ -93,7 +93,8 @@ pub fn reward(trajectory: &Trajectory, golden: &[String], config: &RewardConfig)
 }
 
 /// The anchor of each turn: the tool it invoked that is not the host's search (a created tool by
-/// its name, or a registered tool); the first such call of the turn.
+/// its name, or a registered tool); the first such call of the turn. The credit then maps a
+/// created tool's name to the one the graph would merge it into.
 pub fn anchors(episode: &Trajectory) -> Vec<Option<String>> {
     episode
         .steps
@@ -114,7 +115,10 @@ impl CreditAssignment for Searl {
 
     fn credit(&self, group: &GroupView<'_>, context: &CreditContext<'_>) -> Result<Vec<Vec<TurnCredit>>, TrainError> {
         let mut credit = episode_credit(group, context.config.group_norm);
-        let anchors: Vec<Vec<Option<String>>> = group.episodes.iter().map(anchors).collect();
+        // Near-duplicate created tools anchor on the tool they merge into.
+        let merged = |name: String| context.merged.get(&name).cloned().unwrap_or(name);
+        let anchors: Vec<Vec<Option<String>>> =
+            group.episodes.iter().map(|e| anchors(e).into_iter().map(|a| a.map(&merged)).collect()).collect();
         add_step_credit(&mut credit, group, &anchors, context.config);
         Ok(credit)
     }
