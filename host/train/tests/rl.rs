@@ -756,6 +756,18 @@ fn credit_fixture(
     (std::sync::Mutex::new(policy), builder, config)
 }
 
+/// `assign`'s credit of the group in `view`, with no tools merged.
+fn credit_of(
+    assign: &dyn toolsmith_train::rl::method::CreditAssignment,
+    view: &toolsmith_train::rl::method::GroupView<'_>,
+    config: &toolsmith_train::rl::RlConfig,
+    policy: &std::sync::Mutex<toolsmith_policy::Policy>,
+    builder: &toolsmith_train::sequence::SequenceBuilder,
+) -> Vec<Vec<toolsmith_train::rl::method::TurnCredit>> {
+    let context = toolsmith_train::rl::method::CreditContext { config, policy, builder, merged: &Default::default() };
+    assign.credit(view, &context).expect("credit")
+}
+
 /// A sequence of 10 tokens whose turn 0 is tokens 3..6 and turn 1 tokens 7..10.
 fn two_turns() -> toolsmith_train::rl::episode::EpisodeSequence {
     use toolsmith_train::rl::episode::{EpisodeSequence, TurnSpan};
@@ -776,7 +788,7 @@ fn no_mem(_: &[i64]) -> Result<Option<std::ops::Range<usize>>, toolsmith_train::
 #[test]
 fn gap_credit_with_dapo_overlong_filtering_by_hand() {
     use toolsmith_train::rl::Method;
-    use toolsmith_train::rl::method::{CreditContext, GroupView, token_advantages};
+    use toolsmith_train::rl::method::{GroupView, token_advantages};
     let (policy, builder, config) = credit_fixture(Method::GAP, GroupNorm::MeanStd);
     let golden = task("Paris");
     let ep = |answer: &str| {
@@ -792,12 +804,7 @@ fn gap_credit_with_dapo_overlong_filtering_by_hand() {
     let assign = Method::GAP.spec().assign;
     let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
     let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
-    let credit = assign
-        .credit(
-            &view,
-            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
-        )
-        .expect("credit");
+    let credit = credit_of(assign, &view, &config, &policy, &builder);
     // Binary EM 1, 0, 0, 1: mean 0.5, sample std 0.57735, A = +-0.866025 on every turn.
     for (i, sign) in [1.0, -1.0, -1.0, 1.0].into_iter().enumerate() {
         for turn in &credit[i] {
@@ -839,23 +846,13 @@ fn searl_credit_is_the_episode_plus_lambda_times_the_tool_anchored_step_advantag
     let assign = Method::SEARL.spec().assign;
     // Both first turns are anchored on `f`: returns (gamma 0.5) 0.2 + 0.5 * 1.1 = 0.75 and
     // 0.2 + 0.5 * 0.1 = 0.25, mean 0.5, so A_S = +-0.25; the answers have no anchor (A_S 0).
-    let credit = assign
-        .credit(
-            &view,
-            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
-        )
-        .expect("credit");
+    let credit = credit_of(assign, &view, &config, &policy, &builder);
     let turns = |i: usize| credit[i].iter().map(|t| t.turn).collect::<Vec<_>>();
     assert_all_close(&turns(0), &[0.75, 0.5], 1e-12);
     assert_all_close(&turns(1), &[-0.75, -0.5], 1e-12);
     // lambda 2 doubles the step part only.
     config.step_credit.lambda = 2.0;
-    let credit = assign
-        .credit(
-            &view,
-            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
-        )
-        .expect("credit");
+    let credit = credit_of(assign, &view, &config, &policy, &builder);
     assert_all_close(&credit[0].iter().map(|t| t.turn).collect::<Vec<_>>(), &[1.0, 0.5], 1e-12);
     let mut seq = two_turns();
     let a = token_advantages(&mut seq, &credit[0], |_| false, no_mem).expect("advantages");
@@ -871,12 +868,7 @@ fn searl_credit_is_the_episode_plus_lambda_times_the_tool_anchored_step_advantag
     );
     let episodes = vec![ep("Paris"), other];
     let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
-    let apart = assign
-        .credit(
-            &view,
-            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
-        )
-        .expect("credit");
+    let apart = credit_of(assign, &view, &config, &policy, &builder);
     assert_all_close(&apart[0].iter().map(|t| t.turn).collect::<Vec<_>>(), &[0.5, 0.5], 1e-12);
     assert_all_close(&apart[1].iter().map(|t| t.turn).collect::<Vec<_>>(), &[-0.5, -0.5], 1e-12);
     let merged: std::collections::HashMap<String, String> = [("g".to_string(), "f".to_string())].into();
@@ -890,7 +882,7 @@ fn searl_credit_is_the_episode_plus_lambda_times_the_tool_anchored_step_advantag
 #[test]
 fn mtr_credit_follows_its_composite_reward() {
     use toolsmith_train::rl::Method;
-    use toolsmith_train::rl::method::{CreditContext, GroupView};
+    use toolsmith_train::rl::method::GroupView;
     let (policy, builder, config) = credit_fixture(Method::MTR, GroupNorm::Mean);
     let golden = task("Paris");
     let search = || call("search", json!({"query": "capital"}), "valid", json!({"results": []}));
@@ -911,12 +903,7 @@ fn mtr_credit_follows_its_composite_reward() {
     let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
     assert_all_close(&rewards.iter().map(|r| r.total).collect::<Vec<_>>(), &[1.0, 0.4, 0.3, 0.0], 1e-12);
     let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
-    let credit = assign
-        .credit(
-            &view,
-            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
-        )
-        .expect("credit");
+    let credit = credit_of(assign, &view, &config, &policy, &builder);
     // Mean 0.425.
     for (i, want) in [0.575, -0.025, -0.125, -0.425].into_iter().enumerate() {
         assert!(credit[i].iter().all(|t| close(t.turn, want, 1e-12) && t.memory == 0.0), "{i}: {:?}", credit[i]);
@@ -927,7 +914,7 @@ fn mtr_credit_follows_its_composite_reward() {
 fn mempo_credit_puts_the_memory_term_on_mem_tokens_only() {
     use toolsmith_train::rl::Method;
     use toolsmith_train::rl::episode::{EpisodeSequence, TurnSpan, mem_span};
-    use toolsmith_train::rl::method::{CreditContext, GroupView, TurnCredit, token_advantages};
+    use toolsmith_train::rl::method::{GroupView, TurnCredit, token_advantages};
     let (policy, builder, mut config) = credit_fixture(Method::MEMPO, GroupNorm::Mean);
     let golden = task("Paris");
     let episodes = vec![
@@ -949,12 +936,7 @@ fn mempo_credit_puts_the_memory_term_on_mem_tokens_only() {
     let assign = Method::MEMPO.spec().assign;
     let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
     let view = GroupView { task: &golden, episodes: &episodes, rewards: &rewards };
-    let credit = assign
-        .credit(
-            &view,
-            &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
-        )
-        .expect("credit");
+    let credit = credit_of(assign, &view, &config, &policy, &builder);
     // Episode advantages +-0.5 on every turn; the two memories form the pool (their advantages
     // are opposite); the turns without a memory get no memory term.
     assert!(credit[0].iter().all(|t| close(t.turn, 0.5, 1e-12)), "{credit:?}");
@@ -966,12 +948,7 @@ fn mempo_credit_puts_the_memory_term_on_mem_tokens_only() {
     // trajectory part stays.
     for (lambda, scale) in [(0.5, 0.5), (0.0, 0.0)] {
         config.step_credit.lambda = lambda;
-        let weighed = assign
-            .credit(
-                &view,
-                &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
-            )
-            .expect("credit");
+        let weighed = credit_of(assign, &view, &config, &policy, &builder);
         assert!(close(weighed[0][0].memory, scale * m0, 1e-12) && weighed[1][1].memory == scale * m1, "{weighed:?}");
         assert!(weighed[0].iter().all(|t| close(t.turn, 0.5, 1e-12)), "{weighed:?}");
     }
@@ -1054,7 +1031,7 @@ fn mempo_scores_the_gold_answer_tokens_not_the_tags() {
 #[test]
 fn gigpo_adds_a_step_advantage_among_turns_from_the_same_state() {
     use toolsmith_train::rl::Method;
-    use toolsmith_train::rl::method::{CreditContext, GroupView};
+    use toolsmith_train::rl::method::GroupView;
     let gigpo = Method::parse("gigpo").expect("registered by one line in METHODS");
     let (policy, builder, config) = credit_fixture(gigpo, GroupNorm::Mean);
     assert_eq!(config.step_credit.gamma, 0.95);
@@ -1074,12 +1051,7 @@ fn gigpo_adds_a_step_advantage_among_turns_from_the_same_state() {
     let credit_of = |episodes: &[Trajectory]| {
         let rewards: Vec<_> = episodes.iter().map(|e| assign.reward(e, &golden.golden_answers, &config)).collect();
         let view = GroupView { task: &golden, episodes, rewards: &rewards };
-        let credit = assign
-            .credit(
-                &view,
-                &CreditContext { config: &config, policy: &policy, builder: &builder, merged: &Default::default() },
-            )
-            .expect("credit");
+        let credit = credit_of(assign, &view, &config, &policy, &builder);
         credit.iter().map(|turns| turns.iter().map(|t| t.turn).collect::<Vec<_>>()).collect::<Vec<_>>()
     };
     // A_E = +-0.5. Both first turns act from the question alone: returns 0.95 * 1 and 0, mean
