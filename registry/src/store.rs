@@ -548,22 +548,18 @@ impl Registry {
                 out.push(name.to_string());
                 continue;
             }
-            let held = self.dense.nearest(&vector).filter(|(_, s)| *s >= threshold);
-            let earlier = fresh
-                .iter()
-                .map(|(n, v)| (n, cosine(v, &vector)))
-                .filter(|(_, s)| *s >= threshold)
-                .max_by(|a, b| a.1.total_cmp(&b.1));
-            let into = match (held, earlier) {
-                (Some((_, h)), Some((n, e))) if e > h => Some(n.clone()),
-                (Some((id, _)), _) => {
-                    Some(self.conn.query_row("SELECT name FROM tools WHERE id = ?1", [id], |r| r.get(0))?)
+            // The same choice as `register_one`'s, among held tools and this batch's earlier ones.
+            enum Target<'a> {
+                Held(i64),
+                Earlier(&'a str),
+            }
+            let held = self.dense.nearest(&vector).map(|(id, s)| (Target::Held(id), s));
+            let earlier = fresh.iter().map(|(n, v)| (Target::Earlier(n), cosine(v, &vector)));
+            match closest(held.into_iter().chain(earlier), threshold) {
+                Some((Target::Earlier(into), _)) => out.push(into.to_string()),
+                Some((Target::Held(id), _)) => {
+                    out.push(self.conn.query_row("SELECT name FROM tools WHERE id = ?1", [id], |r| r.get(0))?)
                 }
-                (None, Some((n, _))) => Some(n.clone()),
-                (None, None) => None,
-            };
-            match into {
-                Some(into) => out.push(into),
                 None => {
                     out.push(name.to_string());
                     fresh.push((name.to_string(), vector));
@@ -1179,6 +1175,12 @@ pub(crate) fn write_tool_row(
     Ok(())
 }
 
+/// The most similar of `candidates` (held tools first, then a batch's earlier ones) at or above
+/// `threshold`; of equals, the last.
+fn closest<T>(candidates: impl Iterator<Item = (T, f32)>, threshold: f32) -> Option<(T, f32)> {
+    candidates.filter(|(_, s)| *s >= threshold).max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
 fn register_one(
     tx: &Transaction<'_>,
     dense: &Dense,
@@ -1207,12 +1209,8 @@ fn register_one(
         return Ok(Registered::Merged { name, into, similarity });
     }
     if let Some(threshold) = merge_threshold {
-        let nearest = dense
-            .nearest(vector)
-            .into_iter()
-            .chain(batch.iter().map(|(id, v)| (*id, cosine(v, vector))))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((canonical, similarity)) = nearest.filter(|(_, s)| *s >= threshold) {
+        let candidates = dense.nearest(vector).into_iter().chain(batch.iter().map(|(id, v)| (*id, cosine(v, vector))));
+        if let Some((canonical, similarity)) = closest(candidates, threshold) {
             let into: String = tx.query_row("SELECT name FROM tools WHERE id = ?1", [canonical], |r| r.get(0))?;
             tx.execute("INSERT OR REPLACE INTO aliases (alias, canonical) VALUES (?1, ?2)", params![name, canonical])?;
             collect_blobs(tx)?;

@@ -635,8 +635,10 @@ impl Transformer {
     /// Adds LoRA adapters to `settings.modules` of `settings.layers`, their variables under `root`
     /// (another var store than the base's) named as the base's plus `.lora_A.weight` and
     /// `.lora_B.weight`. `A` starts as PEFT's does (Kaiming-uniform, bound `1/sqrt(in)`), `B` at
-    /// zero, so the adapted model starts as the base. Replaces adapters attached before.
-    pub fn attach_lora(&mut self, root: &nn::Path, settings: LoraSettings) {
+    /// zero, so the adapted model starts as the base; with [`WeightInit::Zeros`] `A` is zero too,
+    /// for adapters whose values are about to be loaded (nothing is drawn). Replaces adapters
+    /// attached before.
+    pub fn attach_lora(&mut self, root: &nn::Path, settings: LoraSettings, init: WeightInit) {
         for (module, linear) in self.linears_mut() {
             linear.lora = None;
             if !settings.adapts(module, &linear.name) {
@@ -645,7 +647,11 @@ impl Transformer {
             let (output, input) = (linear.weight.size()[0], linear.weight.size()[1]);
             let bound = 1.0 / (input as f64).sqrt();
             let path = linear.name.split('.').fold(root.clone(), |p, c| p / c);
-            let a = (&path / "lora_A").var("weight", &[settings.rank, input], Init::Uniform { lo: -bound, up: bound });
+            let a_init = match init {
+                WeightInit::Random => Init::Uniform { lo: -bound, up: bound },
+                WeightInit::Zeros => Init::Const(0.0),
+            };
+            let a = (&path / "lora_A").var("weight", &[settings.rank, input], a_init);
             let b = (&path / "lora_B").var("weight", &[output, settings.rank], Init::Const(0.0));
             linear.lora = Some(LoraPair { a, b, scale: settings.scale });
         }

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
-use crate::decoder::{LORA_MODULES, LoraSettings};
+use crate::decoder::{LORA_MODULES, LoraSettings, WeightInit};
 use crate::{Policy, PolicyError};
 
 /// PEFT's file names.
@@ -280,7 +280,7 @@ impl Policy {
         vs.set_kind(self.model.kind());
         {
             let _guard = crate::checkpoint::seeded(seed);
-            self.model.attach_lora(&vs.root(), settings);
+            self.model.attach_lora(&vs.root(), settings, WeightInit::Random);
         }
         self.vs.freeze();
         let base = self.source.as_ref().map_or_else(|| "tiny".into(), |p| p.to_string_lossy().into_owned());
@@ -356,7 +356,10 @@ impl Policy {
         }
         let mut vs = VarStore::new(self.vs.device());
         vs.set_kind(self.model.kind());
-        self.model.attach_lora(&vs.root(), settings);
+        // Zeros: the loaded values replace them, and a draw from libtorch's global generator
+        // would shift the dropout masks of a training unit in this process (the daemon swaps
+        // adapters while it trains).
+        self.model.attach_lora(&vs.root(), settings, WeightInit::Zeros);
         for (name, var) in vs.variables() {
             if let Some(value) = values.get(&name) {
                 let mut var = var;

@@ -343,6 +343,23 @@ fn searl_rewards_by_hand() {
     let r = method::searl::reward(&t, &golden, &RewardConfig::default());
     assert_all_close(&r.steps, &[0.3, 0.1, -0.4, 1.1], 1e-12);
     assert!(close(r.total, 1.1, 1e-12) && r.outcome == 1.0, "{r:?}");
+    // SEARL's own defaults take a quarter of each step term (the format penalty with it; the
+    // repeat and failed-creation penalties whole): five planned, well-formed turns of valid new
+    // calls that never answer earn 5 x 0.075 = 0.375, not 1.5, well below a right answer's 1.
+    let searl = toolsmith_train::rl::RlConfig::for_method(toolsmith_train::rl::Method::SEARL).rewards;
+    let r = method::searl::reward(&t, &golden, &searl);
+    assert_all_close(&r.steps, &[0.075, -0.125, -0.325, 1.025], 1e-12);
+    let calling = |i: usize| {
+        let search = call("search", json!({"query": format!("capital {i}")}), "valid", json!({"results": []}));
+        step(
+            "<plan>\nTask 1: find the capital - Dependencies: none\n</plan><tool_call>{}</tool_call>",
+            vec![search],
+            &[],
+        )
+    };
+    let stalling = trajectory((0..5).map(calling).collect(), None);
+    assert!(close(method::searl::reward(&stalling, &golden, &searl).total, 0.375, 1e-12));
+    assert!(close(method::searl::reward(&stalling, &golden, &RewardConfig::default()).total, 1.5, 1e-12));
 
     // GAP: the outcome alone; a wrong or missing answer is 0.
     assert_eq!(method::gap::reward(&t, &golden).total, 1.0);
