@@ -450,6 +450,11 @@ fn eval_run_and_the_graph_learning_from_trajectories() {
     assert!(stderr.contains("4 candidate tools, 4 admitted") && stderr.contains("search -> sum_integers"), "{stderr}");
     let shown = ok(&run(&["tools", "show", "sum_integers"]));
     assert!(shown.contains("(python)") && shown.contains("fed by search (count 4"), "{shown}");
+    // With retrieval from that graph, its agent-written tools are installed to run here.
+    let out = run(&["eval", "--mode", "searl", "--family", "numeric", "--limit", "1", "--retrieve", "-v"]);
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("1 agent-written tools of the graph installed: sum_integers"), "{stderr}");
 
     // The other styles add a numeric task's values with the bundled calculator the listing offers.
     let args =

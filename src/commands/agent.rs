@@ -15,7 +15,9 @@ use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_agent::env::metrics::{exact_match, f1};
 use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
 use toolsmith_agent::eval::{Report, evaluate_all, peak_by_objectives};
-use toolsmith_agent::graph::{RegistryRetriever, call_usage, record_candidates, record_plan};
+use toolsmith_agent::graph::{
+    RegistryRetriever, call_usage, install_tools, python_tools, record_candidates, record_plan,
+};
 use toolsmith_agent::mcp::McpTools;
 use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Scheduler, ToolFormat, Trajectory};
@@ -112,7 +114,8 @@ pub struct PolicyArgs {
     /// Deadline of one tool call, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
-    /// List only tools retrieved from the tool graph for the question and the plan's tasks.
+    /// List only tools retrieved from the tool graph for the question and the plan's tasks (the
+    /// graph's agent-written tools, e.g. those an RL run admitted, are installed to run here).
     #[arg(long)]
     pub retrieve: bool,
     /// How the system prompt lists tools: compact (one line each), json (OpenAI functions) or
@@ -357,6 +360,14 @@ fn agents(
         }
     };
     let registry = if args.retrieve { Some(open_registry(env)?) } else { None };
+    // The graph's agent-written tools run here when retrieved (a server's tools are its own).
+    if let (Some(registry), None) = (&registry, &args.tools) {
+        let names = python_tools(&toolsmith_contract::sync::lock(registry))?;
+        install_tools(registry, &names, &[tools.as_ref()])?;
+        if !names.is_empty() {
+            tracing::info!("{} agent-written tools of the graph installed: {}", names.len(), names.join(", "));
+        }
+    }
     let (shared, tokenizer) = match args.policy.as_str() {
         "oracle" => (None, None),
         _ => {

@@ -4,11 +4,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use toolsmith_contract::Manifest;
-use toolsmith_registry::{CallUsage, Candidate, NewTool, RecordedPlan, Registry, RegistryError, SearchRequest};
+use toolsmith_contract::{Manifest, ToolKind};
+use toolsmith_registry::{CallUsage, Candidate, NewTool, RecordedPlan, Registry, RegistryError, SearchRequest, SortBy};
 
 use crate::backend::BoxFuture;
 use crate::runner::{Retriever, Trajectory};
+use crate::tools::Executor;
 
 /// Retrieves from a registry (searches run on a blocking thread).
 #[derive(Debug, Clone)]
@@ -47,6 +48,40 @@ impl Retriever for RegistryRetriever {
             }
         })
     }
+}
+
+/// The names of the agent-written (Python) tools in `registry`: those admitted from agents'
+/// creations, which no plugin directory holds.
+pub fn python_tools(registry: &Registry) -> Result<Vec<String>, RegistryError> {
+    let tools = registry.list(SortBy::Name)?;
+    Ok(tools.into_iter().filter(|t| t.manifest.kind == ToolKind::Python).map(|t| t.name).collect())
+}
+
+/// Installs the tools called `names`, as `registry` stores them (manifest and code), into each of
+/// `executors`, so that an agent which retrieves one can call it. A tool that cannot be installed
+/// is a warning: the agent goes on without it.
+pub fn install_tools(
+    registry: &Mutex<Registry>,
+    names: &[String],
+    executors: &[&dyn Executor],
+) -> Result<(), RegistryError> {
+    for name in names {
+        let (manifest, blob) = {
+            let registry = toolsmith_contract::sync::lock(registry);
+            let record = registry.get(name)?;
+            let blob = match &record.blob_hash {
+                Some(h) => registry.blob(h)?,
+                None => None,
+            };
+            (record.manifest, blob)
+        };
+        for executor in executors {
+            if let Err(e) = executor.install(&manifest, blob.as_deref()) {
+                tracing::warn!(tool = %name, "a tool of the graph cannot be installed: {}", e.message);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Stores the tools a trajectory created as candidates of `run` (admitted later by the

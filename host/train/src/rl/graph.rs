@@ -11,11 +11,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 use toolsmith_agent::Trajectory;
-use toolsmith_agent::graph::{RegistryRetriever, call_usage, record_candidates, record_plan};
+use toolsmith_agent::graph::{
+    RegistryRetriever, call_usage, install_tools, python_tools, record_candidates, record_plan,
+};
 use toolsmith_agent::runner::Retriever;
 use toolsmith_agent::tools::{CREATE_TOOL, Executor};
-use toolsmith_contract::{Manifest, ToolKind};
-use toolsmith_registry::{NewTool, Registered, Registry, SortBy};
+use toolsmith_contract::Manifest;
+use toolsmith_registry::{NewTool, Registered, Registry};
 
 use crate::TrainError;
 use crate::rl::reward::EpisodeReward;
@@ -146,24 +148,7 @@ impl TrainingGraph {
     /// Installs the tools called `names`, as the registry stores them, into each of `executors`.
     /// A tool that cannot be installed is a warning: the run goes on without it.
     fn install(&self, names: &[String], executors: &[&dyn Executor]) -> Result<(), TrainError> {
-        let err = |e| registry_error(&self.path, e);
-        for name in names {
-            let (manifest, blob) = {
-                let registry = self.lock();
-                let record = registry.get(name).map_err(err)?;
-                let blob = match &record.blob_hash {
-                    Some(h) => registry.blob(h).map_err(err)?,
-                    None => None,
-                };
-                (record.manifest, blob)
-            };
-            for executor in executors {
-                if let Err(e) = executor.install(&manifest, blob.as_deref()) {
-                    tracing::warn!(tool = %name, "an admitted tool cannot be installed: {}", e.message);
-                }
-            }
-        }
-        Ok(())
+        install_tools(&self.registry, names, executors).map_err(|e| registry_error(&self.path, e))
     }
 
     /// Learns from an iteration's groups, each `(task key, episodes, rewards)`: candidates, the
@@ -256,9 +241,7 @@ impl TrainingGraph {
 
     /// Names of the tools the graph admitted from rollouts (agent-written Python tools).
     pub fn admitted_names(&self) -> Result<Vec<String>, TrainError> {
-        let registry = self.lock();
-        let tools = registry.list(SortBy::Name).map_err(|e| registry_error(&self.path, e))?;
-        Ok(tools.into_iter().filter(|t| t.manifest.kind == ToolKind::Python).map(|t| t.name).collect())
+        python_tools(&self.lock()).map_err(|e| registry_error(&self.path, e))
     }
 
     /// Writes the registry's snapshot into a checkpoint directory being written.
