@@ -368,6 +368,7 @@ fn training_section(env: &Env) -> Result<()> {
                 styles: vec![Mode::Gap],
                 ..WorldsData::default()
             },
+            ..DataConfig::default()
         },
         steps: Some(12),
         lr: 3e-3,
@@ -763,6 +764,7 @@ the pretrained policy (SmolLM2-135M-Instruct; `--policy smollm2-135m`, `--init s
                 styles: vec![Mode::React],
                 ..WorldsData::default()
             },
+            ..DataConfig::default()
         },
         tool_format: ToolFormat::Brief,
         lora: Some(lora),

@@ -45,13 +45,14 @@ impl Oracle {
         Oracle { style, ..self.clone() }
     }
 
-    /// Every turn of the solution of `task`, in this style, with or without a `calculator` tool
-    /// to call.
-    pub fn turns(&self, task: &Task, calculator: bool) -> Vec<String> {
-        match &task.solution {
-            Some(solution) => script(task, solution, self.style, calculator),
-            None => Vec::new(),
-        }
+    /// Every turn of the solution of `task`, in this style, with the tools the listing names
+    /// (`listed` says whether it names one): `calculator`, or a tool an agent wrote earlier for
+    /// this kind of arithmetic, which SEARL's style then calls instead of writing it again.
+    pub fn turns(&self, task: &Task, listed: impl Fn(&str) -> bool) -> Vec<String> {
+        let Some(solution) = &task.solution else { return Vec::new() };
+        let calculator = listed(CALCULATOR);
+        let reuse = self.style == Mode::Searl && solution.compute.as_ref().is_some_and(|c| listed(&c.name));
+        script(task, solution, self.style, calculator, reuse)
     }
 
     fn next_turn(&self, messages: &[Message]) -> Result<String, BackendError> {
@@ -59,8 +60,9 @@ impl Oracle {
         // A memory carried with the question (see `runner::context`) is not part of it.
         let question = question.split("\n<mem>").next().unwrap_or(question);
         let task = self.tasks.get(question).ok_or_else(|| BackendError::UnknownTask(clip(question)))?;
-        let calculator = messages.iter().any(|m| m.role == Role::System && lists_tool(&m.content, CALCULATOR));
-        let turns = self.turns(task, calculator);
+        // The listing of the turn being written (retrieved tools join it after the plan).
+        let system = messages.iter().rev().find(|m| m.role == Role::System).map(|m| m.content.as_str());
+        let turns = self.turns(task, |tool| system.is_some_and(|s| lists_tool(s, tool)));
         let assistant: Vec<&Message> = messages.iter().filter(|m| m.role == Role::Assistant).collect();
         let done = assistant.last().and_then(|m| progress(&m.content)).map(|p| p + 1).unwrap_or(assistant.len());
         Ok(turns.get(done).or(turns.last()).cloned().unwrap_or_default())
@@ -106,6 +108,29 @@ fn calculator_turn(compute: &Compute) -> String {
         compute.inputs["values"].as_array().into_iter().flatten().map(|v| v.to_string()).collect();
     let body = json!({"name": CALCULATOR, "arguments": {"expression": values.join(" + ")}});
     format!("<think>Exact arithmetic: add them with the calculator.</think>\n<tool_call>{body}</tool_call>")
+}
+
+/// The `create_and_execute_mcp` arguments that write a numeric task's tool and run it on the
+/// task's values.
+pub fn create_arguments(compute: &Compute) -> serde_json::Value {
+    json!({
+        "name": compute.name, "description": compute.description, "arguments": "values: list of integers",
+        "returns": "their exact sum", "code": compute.code, "inputs": compute.inputs,
+    })
+}
+
+/// SEARL's arithmetic turn: the listed tool written earlier called on the values (`reuse`), or
+/// a new one written and run.
+fn own_tool_turn(compute: &Compute, reuse: bool) -> String {
+    if reuse {
+        let body = json!({"name": compute.name, "arguments": compute.inputs});
+        return format!(
+            "<think>Exact arithmetic: {} is listed, call it.</think>\n<tool_call>{body}</tool_call>",
+            compute.name
+        );
+    }
+    let body = json!({"name": CREATE_TOOL, "arguments": create_arguments(compute)});
+    format!("<think>Exact arithmetic: write a tool.</think>\n<tool_call>{body}</tool_call>")
 }
 
 /// The step the calculator carries out: its result is the answer.
@@ -184,8 +209,9 @@ fn mem(turn: usize, total: usize, known: &[&Step]) -> String {
     format!("<mem>{PROGRESS}{turn}/{total}. Known: {facts}.</mem>\n")
 }
 
-/// The solution as turns in `style`; a numeric task's sum by `calculator` when there is one.
-fn script(task: &Task, solution: &Solution, style: Mode, calculator: bool) -> Vec<String> {
+/// The solution as turns in `style`; a numeric task's sum by `calculator` when there is one, or
+/// in SEARL's style by a tool it writes (or calls, when one written earlier is listed: `reuse`).
+fn script(task: &Task, solution: &Solution, style: Mode, calculator: bool, reuse: bool) -> Vec<String> {
     let Some(plan) = plan_of(solution) else { return Vec::new() };
     let levels: Vec<Vec<&Step>> =
         plan.levels().iter().map(|l| l.iter().map(|&i| &solution.steps[i]).collect()).collect();
@@ -236,11 +262,7 @@ fn script(task: &Task, solution: &Solution, style: Mode, calculator: bool) -> Ve
                 known.push(step);
             }
             if let (Mode::Searl, Some(c)) = (style, &solution.compute) {
-                let body = json!({"name": CREATE_TOOL, "arguments": {
-                    "name": c.name, "description": c.description, "arguments": "values: list of integers",
-                    "returns": "their exact sum", "code": c.code, "inputs": c.inputs,
-                }});
-                turns.push(format!("<think>Exact arithmetic: write a tool.</think>\n<tool_call>{body}</tool_call>"));
+                turns.push(own_tool_turn(c, reuse));
             }
             turns.push(answer_turn(task, solution, &known, style));
         }
@@ -268,6 +290,33 @@ impl Backend for Oracle {
             Ok(Completion { text, usage, finish_reason: "stop".into(), tokens: None })
         })
     }
+}
+
+/// Writes the tools an agent writes for `tasks` (each numeric task's sum, once per name) with
+/// `create_and_execute_mcp`, as SEARL's style does, and installs them into `tools`: the listing
+/// then names them, as a tool graph does once it has admitted them. Returns their names.
+pub async fn install_own_tools(
+    tools: &dyn crate::tools::Executor,
+    tasks: &[Task],
+) -> Result<Vec<String>, toolsmith_contract::StructuredError> {
+    let mut names: Vec<String> = Vec::new();
+    for compute in tasks.iter().filter_map(|t| t.solution.as_ref()?.compute.as_ref()) {
+        if names.contains(&compute.name) {
+            continue;
+        }
+        let result = tools.call(CREATE_TOOL, &create_arguments(compute)).await;
+        result.value?;
+        let Some(tool) = result.created else {
+            return Err(toolsmith_contract::StructuredError::new(
+                toolsmith_contract::ErrorKind::ToolError,
+                &compute.name,
+                "create_and_execute_mcp ran but created no tool",
+            ));
+        };
+        tools.install(&tool.manifest, Some(&tool.to_blob()))?;
+        names.push(compute.name.clone());
+    }
+    Ok(names)
 }
 
 /// One synthesised supervised example.
@@ -362,8 +411,8 @@ mod tests {
         let tokenizer = Arc::new(Tokenizer::tiny().expect("tokenizer"));
         for style in [Mode::React, Mode::Mem, Mode::Gap] {
             let oracle = Oracle::new(std::slice::from_ref(&task), style, tokenizer.clone());
-            let with = oracle.turns(&task, true);
-            let without = oracle.turns(&task, false);
+            let with = oracle.turns(&task, |t| t == CALCULATOR);
+            let without = oracle.turns(&task, |_| false);
             assert_eq!(with.len(), without.len() + 1, "{style}: one more turn, the call");
             let call = &with[with.len() - 2];
             assert!(call.contains(&format!("\"expression\":\"{expression}\"")), "{style}: {call}");
@@ -385,6 +434,34 @@ mod tests {
         }
         // SEARL's style writes its own tool whether or not the calculator is listed.
         let searl = Oracle::new(std::slice::from_ref(&task), Mode::Searl, tokenizer);
-        assert_eq!(searl.turns(&task, true), searl.turns(&task, false));
+        assert_eq!(searl.turns(&task, |t| t == CALCULATOR), searl.turns(&task, |_| false));
+    }
+
+    #[test]
+    fn searl_calls_a_listed_tool_it_wrote_before_instead_of_writing_it_again() {
+        let task = numeric_task();
+        let compute = task.solution.as_ref().and_then(|s| s.compute.clone()).expect("compute");
+        let tokenizer = Arc::new(Tokenizer::tiny().expect("tokenizer"));
+        let searl = Oracle::new(std::slice::from_ref(&task), Mode::Searl, tokenizer.clone());
+        let writes = searl.turns(&task, |_| false);
+        let reuses = searl.turns(&task, |t| t == compute.name);
+        // The same turns but the arithmetic's: a call of the listed tool on the same values.
+        assert_eq!(writes.len(), reuses.len());
+        let differ: Vec<usize> = (0..writes.len()).filter(|&i| writes[i] != reuses[i]).collect();
+        assert_eq!(differ, vec![writes.len() - 2]);
+        let call = |text: &str| {
+            let turn = trace::parse(text);
+            assert!(turn.errors.is_empty(), "{text}: {:?}", turn.errors);
+            let calls: Vec<trace::ToolCall> =
+                turn.tool_calls().into_iter().collect::<Result<_, _>>().expect("calls parse");
+            assert_eq!(calls.len(), 1, "{text}");
+            (calls[0].name.clone(), serde_json::Value::Object(calls[0].arguments.clone()))
+        };
+        let (name, arguments) = call(&writes[writes.len() - 2]);
+        assert_eq!((name.as_str(), &arguments["inputs"]), (CREATE_TOOL, &compute.inputs));
+        assert_eq!(call(&reuses[reuses.len() - 2]), (compute.name.clone(), compute.inputs.clone()));
+        // Other styles do not write tools, so a listed one changes nothing there.
+        let gap = searl.with_style(Mode::Gap);
+        assert_eq!(gap.turns(&task, |t| t == compute.name), gap.turns(&task, |_| false));
     }
 }

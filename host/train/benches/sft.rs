@@ -63,6 +63,7 @@ fn main() {
                 styles: Mode::ALL.to_vec(),
                 ..WorldsData::default()
             },
+            ..DataConfig::default()
         },
         init: text("--init").unwrap_or(defaults.init.clone()),
         precision: text("--precision").unwrap_or_else(|| "f32".into()),

@@ -135,6 +135,16 @@ pub struct DataConfig {
     pub files: Vec<PathBuf>,
     /// Oracle traces of generated worlds, used when `files` is empty.
     pub worlds: WorldsData,
+    /// The share (0 to 1) of each world's tasks whose SEARL-style trace is written with the
+    /// tools an agent writes for them already listed, as a tool graph lists them once it has
+    /// admitted them: the oracle calls `sum_integers` instead of writing it again, so the policy
+    /// learns to reuse what it wrote. 0 by default: every SEARL trace writes its tool.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reuse: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// Oracle traces of worlds generated from several seeds: the training split. The held-out world
@@ -281,6 +291,7 @@ impl SftConfig {
                         styles: Mode::ALL.to_vec(),
                         family_tasks: BTreeMap::new(),
                     },
+                    reuse: 0.0,
                 },
                 // More, smaller steps: at 200 steps of 12,288 tokens the model learned the trace
                 // format but not yet to attend to the question (same tokens, fewer updates).
@@ -301,7 +312,7 @@ impl SftConfig {
                 init: "smollm2-135m".into(),
                 // Many worlds, each small: every trace brings new names, so the model learns to
                 // copy names from the question and the observations instead of remembering them.
-                data: DataConfig { files: Vec::new(), worlds: WorldsData::smol() },
+                data: DataConfig { worlds: WorldsData::smol(), ..DataConfig::default() },
                 // 100 steps of 2,048 tokens: about 11 minutes of full bf16 fine-tuning here.
                 // 1e-4 took held-out single-hop EM from 0 to 0.44 in 40 such steps of ReAct traces.
                 steps: Some(100),
@@ -360,6 +371,12 @@ impl SftConfig {
             && self.data.worlds.seeds.contains(&eval.world_seed)
         {
             return bad("the held-out world's seed is also a training world: evaluation would measure memory");
+        }
+        if !(0.0..=1.0).contains(&self.data.reuse) {
+            return bad("data.reuse is a share of the tasks: between 0 and 1");
+        }
+        if self.data.reuse > 0.0 && !self.data.worlds.styles.contains(&Mode::Searl) {
+            return bad("data.reuse shapes SEARL-style traces, and data.worlds.styles has no searl");
         }
         if self.data.files.is_empty() && self.data.worlds.seeds.is_empty() {
             return bad("no data: give data.files or data.worlds.seeds");

@@ -170,7 +170,7 @@ pub fn oracle_budgets(tasks: &[Task], mode: Mode, tokenizer: &Arc<Tokenizer>) ->
     for task in tasks {
         let mut longest = 0;
         // The evaluation lists the bundled plugins, so the oracle would add with `calculator`.
-        for turn in oracle.turns(task, true) {
+        for turn in oracle.turns(task, |tool| tool == "calculator") {
             longest = longest.max(tokenizer.encode(&turn)?.len());
         }
         needed.push(longest);

@@ -10,8 +10,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use toolsmith_agent::Mode;
-use toolsmith_agent::env::{Corpus, World};
-use toolsmith_agent::oracle::{Oracle, synthesize};
+use toolsmith_agent::env::{Corpus, Task, World};
+use toolsmith_agent::oracle::{Oracle, install_own_tools, synthesize};
 use toolsmith_policy::tch::Kind;
 use toolsmith_policy::{LoadOptions, Policy, Precision, ScoreOptions, TokenSequence};
 
@@ -90,8 +90,28 @@ pub fn load_chats(config: &SftConfig, tools_for: &ToolsFor<'_>) -> Result<Vec<(S
         let tasks = world.tasks_counted(&worlds.family_tasks);
         let corpus = Arc::new(Corpus::new(&world.documents()).map_err(|e| TrainError::Agent(e.to_string()))?);
         let oracle = Oracle::new(&tasks, Mode::Gap, tokenizer.clone());
-        let examples =
-            runtime.block_on(synthesize(&oracle, tools_for(corpus), &tasks, &worlds.styles, config.tool_format, || {}));
+        let chosen = reusing(seed, tasks.len(), config.data.reuse);
+        let examples = if chosen.is_empty() {
+            runtime.block_on(synthesize(&oracle, tools_for(corpus), &tasks, &worlds.styles, config.tool_format, || {}))
+        } else {
+            // The chosen tasks' SEARL traces run where the tools they write are installed already.
+            let listed = tools_for(corpus.clone());
+            runtime.block_on(install_own_tools(listed.as_ref(), &tasks)).map_err(|e| {
+                TrainError::Agent(format!("world {seed}: data.reuse cannot install the tools agents write: {e}"))
+            })?;
+            let (reused, written): (Vec<_>, Vec<_>) = tasks.iter().enumerate().partition(|(i, _)| chosen.contains(i));
+            let reused: Vec<Task> = reused.into_iter().map(|(_, t)| t.clone()).collect();
+            let written: Vec<Task> = written.into_iter().map(|(_, t)| t.clone()).collect();
+            let others: Vec<Mode> = worlds.styles.iter().copied().filter(|&m| m != Mode::Searl).collect();
+            let tools = tools_for(corpus);
+            let format = config.tool_format;
+            runtime.block_on(async {
+                let mut examples = synthesize(&oracle, tools.clone(), &tasks, &others, format, || {}).await;
+                examples.extend(synthesize(&oracle, tools, &written, &[Mode::Searl], format, || {}).await);
+                examples.extend(synthesize(&oracle, listed, &reused, &[Mode::Searl], format, || {}).await);
+                examples
+            })
+        };
         for (i, e) in examples.iter().enumerate() {
             if !e.correct {
                 return Err(TrainError::Agent(format!(
@@ -104,6 +124,14 @@ pub fn load_chats(config: &SftConfig, tools_for: &ToolsFor<'_>) -> Result<Vec<(S
         }
     }
     Ok(chats)
+}
+
+/// Indices of the `reuse` share of a world's `n` tasks (a choice seeded by the world's seed).
+fn reusing(seed: u64, n: usize, reuse: f64) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..n).collect();
+    all.shuffle(&mut StdRng::seed_from_u64(seed ^ 0x5EA1));
+    all.truncate((reuse * n as f64).round() as usize);
+    all
 }
 
 /// Builds every conversation's sequence; the first that does not fit is an error naming it.

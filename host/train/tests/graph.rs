@@ -135,3 +135,68 @@ fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_chec
     let err = TrainingGraph::restore(&dir.path().join("other.db"), &empty).expect_err("no snapshot").to_string();
     assert!(err.contains("no tool registry snapshot"), "{err}");
 }
+
+/// SFT's `data.reuse`: the chosen tasks' SEARL traces are written where the tool an agent
+/// writes for them is installed and listed already, so they call it (run in the guest) instead
+/// of writing it again; the others write it.
+#[test]
+fn reuse_traces_call_the_listed_tool_an_agent_wrote_instead_of_writing_it() {
+    use toolsmith_train::chat::{Chat, Content};
+    use toolsmith_train::config::{DataConfig, SftConfig, WorldsData};
+
+    let worlds = WorldsData {
+        seeds: vec![5],
+        countries: 2,
+        tasks_per_family: 1,
+        styles: vec![Mode::Searl],
+        ..WorldsData::default()
+    };
+    let world = World::generate(worlds.world(5));
+    let task = world.tasks().into_iter().find(|t| t.family == Family::Numeric).expect("a numeric task");
+    let compute = task.solution.as_ref().and_then(|s| s.compute.clone()).expect("a tool to write");
+    let config = |reuse: f64| SftConfig {
+        data: DataConfig { worlds: worlds.clone(), reuse, ..DataConfig::default() },
+        ..SftConfig::default()
+    };
+    let tools_for = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(tools(corpus)) };
+    let text = |chat: &Chat, i: usize| match &chat.turns[i].content {
+        Content::Text(t) => t.clone(),
+        Content::Ids(_) => panic!("a text turn"),
+    };
+    let numeric_trace = |reuse: f64| -> Chat {
+        let chats = toolsmith_train::sft::load_chats(&config(reuse), &tools_for).expect("traces");
+        assert_eq!(chats.len(), world.tasks().len(), "one SEARL trace per task");
+        chats.into_iter().map(|(_, c)| c).find(|c| text(c, 1) == task.question).expect("the numeric task's trace")
+    };
+    let call = format!("\"name\":\"{}\"", compute.name);
+
+    let writes = numeric_trace(0.0);
+    let reuses = numeric_trace(1.0);
+    // Same conversation length: only the arithmetic turn and what it observes differ.
+    assert_eq!(writes.turns.len(), reuses.turns.len());
+    assert!(!text(&writes, 0).contains(&format!("- {}(", compute.name)), "{}", text(&writes, 0));
+    assert!(text(&reuses, 0).contains(&format!("- {}(", compute.name)), "listed: {}", text(&reuses, 0));
+    let n = reuses.turns.len();
+    let (tool_turn, observation, answer) = (n - 3, n - 2, n - 1);
+    assert!(text(&writes, tool_turn).contains(CREATE_TOOL), "{}", text(&writes, tool_turn));
+    assert!(text(&reuses, tool_turn).contains(&call), "{}", text(&reuses, tool_turn));
+    assert!(!text(&reuses, tool_turn).contains(CREATE_TOOL));
+    // The guest ran the listed tool on the task's values: the observation holds the sum.
+    let sum = &task.golden_answers[0];
+    assert!(text(&reuses, observation).contains(&format!("\"result\":{sum}")), "{}", text(&reuses, observation));
+    assert_eq!(text(&writes, answer), text(&reuses, answer));
+
+    // A share of the tasks: of the world's tasks, that many SEARL traces list the tool.
+    let half = toolsmith_train::sft::load_chats(&config(0.5), &tools_for).expect("traces");
+    let listing = half.iter().filter(|(_, c)| text(c, 0).contains(&format!("- {}(", compute.name))).count();
+    assert_eq!(listing, (0.5 * world.tasks().len() as f64).round() as usize);
+
+    // Bad values are refused before any work.
+    for (reuse, styles, expected) in [(1.5, vec![Mode::Searl], "between 0 and 1"), (0.5, vec![Mode::Gap], "no searl")] {
+        let mut c = config(reuse);
+        c.data.worlds.styles = styles;
+        c.eval = None;
+        let err = c.validate().expect_err("refused").to_string();
+        assert!(err.contains(expected), "{err}");
+    }
+}

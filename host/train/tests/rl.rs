@@ -360,6 +360,16 @@ fn searl_rewards_by_hand() {
     let stalling = trajectory((0..5).map(calling).collect(), None);
     assert!(close(method::searl::reward(&stalling, &golden, &searl).total, 0.375, 1e-12));
     assert!(close(method::searl::reward(&stalling, &golden, &RewardConfig::default()).total, 1.5, 1e-12));
+    // Writing again a tool the listing names (one the graph admitted) earns no creation reward:
+    // the second turn's 0.1 becomes 0.0 at full rewards, -0.125 becomes -0.15 at SEARL's.
+    let mut listed = t.clone();
+    listed.tools = vec!["search".into(), "f".into()];
+    assert_all_close(
+        &method::searl::reward(&listed, &golden, &RewardConfig::default()).steps,
+        &[0.3, 0.0, -0.4, 1.1],
+        1e-12,
+    );
+    assert_all_close(&method::searl::reward(&listed, &golden, &searl).steps, &[0.075, -0.15, -0.325, 1.025], 1e-12);
 
     // GAP: the outcome alone; a wrong or missing answer is 0.
     assert_eq!(method::gap::reward(&t, &golden).total, 1.0);

@@ -28,6 +28,7 @@ fn config() -> SftConfig {
                 styles: vec![Mode::Gap],
                 ..WorldsData::default()
             },
+            ..Default::default()
         },
         steps: Some(16),
         lr: 3e-3,

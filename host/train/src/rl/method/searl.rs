@@ -65,8 +65,10 @@ fn creation_succeeded(result: &serde_json::Value) -> bool {
 }
 
 /// A turn's reward: planning, creation, execution and format rewards, minus redundant-call and
-/// failed-creation penalties. `seen` holds the calls of earlier turns.
-fn step_reward(step: &StepRecord, seen: &mut HashSet<String>, config: &RewardConfig) -> f64 {
+/// failed-creation penalties. `seen` holds the calls of earlier turns; `listed` the tools the
+/// episode's listing named: writing one of those again earns no creation reward (calling it
+/// would have done), so creating never pays more than reusing what the graph holds.
+fn step_reward(step: &StepRecord, seen: &mut HashSet<String>, listed: &[String], config: &RewardConfig) -> f64 {
     let turn = toolsmith_agent::trace::parse(&step.text);
     let mut r = 0.0;
     if matches!(turn.plan(), Some(Ok(_))) {
@@ -79,7 +81,10 @@ fn step_reward(step: &StepRecord, seen: &mut HashSet<String>, config: &RewardCon
     for call in &step.calls {
         if call.name == CREATE_TOOL {
             if creation_succeeded(&call.result) {
-                r += config.creation;
+                let name = call.arguments.get("name").and_then(serde_json::Value::as_str);
+                if !name.is_some_and(|n| listed.iter().any(|l| l == n)) {
+                    r += config.creation;
+                }
             } else {
                 r -= config.failed_creation;
             }
@@ -95,7 +100,8 @@ fn step_reward(step: &StepRecord, seen: &mut HashSet<String>, config: &RewardCon
 /// turn's reward so the discounted returns of earlier turns carry it.
 pub fn reward(trajectory: &Trajectory, golden: &[String], config: &RewardConfig) -> EpisodeReward {
     let mut seen = HashSet::new();
-    let mut steps: Vec<f64> = trajectory.steps.iter().map(|s| step_reward(s, &mut seen, config)).collect();
+    let mut steps: Vec<f64> =
+        trajectory.steps.iter().map(|s| step_reward(s, &mut seen, &trajectory.tools, config)).collect();
     let outcome = f64::from(u8::from(correct(trajectory, golden)));
     match steps.last_mut() {
         Some(last) => *last += outcome,
