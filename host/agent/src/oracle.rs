@@ -70,7 +70,7 @@ impl Oracle {
 }
 
 /// The bundled plugin that evaluates arithmetic.
-const CALCULATOR: &str = "calculator";
+pub const CALCULATOR: &str = "calculator";
 
 /// Whether a system prompt's tool listing names `tool` (any of `runner::ToolFormat`'s forms).
 fn lists_tool(system: &str, tool: &str) -> bool {
@@ -294,14 +294,14 @@ impl Backend for Oracle {
 
 /// Writes the tools an agent writes for `tasks` (each numeric task's sum, once per name) with
 /// `create_and_execute_mcp`, as SEARL's style does, and installs them into `tools`: the listing
-/// then names them, as a tool graph does once it has admitted them. Returns their names.
+/// then names them, as a tool graph does once it has admitted them.
 pub async fn install_own_tools(
     tools: &dyn crate::tools::Executor,
     tasks: &[Task],
-) -> Result<Vec<String>, toolsmith_contract::StructuredError> {
-    let mut names: Vec<String> = Vec::new();
+) -> Result<(), toolsmith_contract::StructuredError> {
+    let mut installed: Vec<&str> = Vec::new();
     for compute in tasks.iter().filter_map(|t| t.solution.as_ref()?.compute.as_ref()) {
-        if names.contains(&compute.name) {
+        if installed.contains(&compute.name.as_str()) {
             continue;
         }
         let result = tools.call(CREATE_TOOL, &create_arguments(compute)).await;
@@ -314,9 +314,9 @@ pub async fn install_own_tools(
             ));
         };
         tools.install(&tool.manifest, Some(&tool.to_blob()))?;
-        names.push(compute.name.clone());
+        installed.push(&compute.name);
     }
-    Ok(names)
+    Ok(())
 }
 
 /// One synthesised supervised example.

@@ -9,7 +9,7 @@ use std::time::Instant;
 use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOptions};
 use toolsmith_agent::env::{Corpus, Family, Task, World, WorldConfig};
 use toolsmith_agent::eval::{Report, evaluate};
-use toolsmith_agent::oracle::Oracle;
+use toolsmith_agent::oracle::{CALCULATOR, Oracle};
 use toolsmith_agent::tools::Executor;
 use toolsmith_agent::{Agent, AgentConfig, Mode, ToolFormat};
 use toolsmith_policy::{Policy, Tokenizer};
@@ -170,7 +170,7 @@ pub fn oracle_budgets(tasks: &[Task], mode: Mode, tokenizer: &Arc<Tokenizer>) ->
     for task in tasks {
         let mut longest = 0;
         // The evaluation lists the bundled plugins, so the oracle would add with `calculator`.
-        for turn in oracle.turns(task, |tool| tool == "calculator") {
+        for turn in oracle.turns(task, |tool| tool == CALCULATOR) {
             longest = longest.max(tokenizer.encode(&turn)?.len());
         }
         needed.push(longest);
