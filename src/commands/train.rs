@@ -189,6 +189,10 @@ pub struct RlArgs {
     /// Tasks per iteration.
     #[arg(long)]
     pub tasks_per_iteration: Option<usize>,
+    /// Tasks drawn beyond --tasks-per-iteration in dynamic sampling's first round (their groups
+    /// share its batches and often spare a refill; the surplus is dropped).
+    #[arg(long)]
+    pub oversample: Option<usize>,
     /// Turns per episode at most.
     #[arg(long)]
     pub max_turns: Option<usize>,
@@ -429,7 +433,7 @@ fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
         ($($flag:ident => $field:ident),*) => {$(if let Some(v) = args.$flag.clone() { config.$field = v; })*};
     }
     set!(iterations => iterations, group_size => group_size, tasks_per_iteration => tasks_per_iteration,
-         max_turns => max_turns);
+         oversample => oversample, max_turns => max_turns);
     if let Some(max_tokens) = args.max_tokens {
         config = config.with_max_tokens(max_tokens);
     }

@@ -1256,3 +1256,24 @@ fn a_new_turn_budget_keeps_the_overlong_window_share() {
     std::fs::write(&file, r#"{"method": "gap", "max_tokens": 512, "overlong_cache": 10}"#).expect("write");
     assert_eq!(RlConfig::from_file(&file).expect("config").overlong_cache, 10);
 }
+
+#[test]
+fn oversampling_needs_dynamic_sampling() {
+    use toolsmith_train::rl::{Method, RlConfig};
+    // GAP samples dynamically: extra tasks in its first draw are fine.
+    let gap = RlConfig { oversample: 2, ..RlConfig::for_method(Method::GAP) };
+    gap.validate().expect("valid");
+    // SEARL does not: nothing would ever drop the surplus groups.
+    let searl = RlConfig { oversample: 2, ..RlConfig::for_method(Method::SEARL) };
+    let err = searl.validate().expect_err("no dynamic sampling").to_string();
+    assert!(err.contains("oversample") && err.contains("dynamic_sampling"), "{err}");
+    // Left out of a config file, it is 0, and a config without it serialises without it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("rl.json");
+    std::fs::write(&file, r#"{"method": "gap"}"#).expect("write");
+    let config = RlConfig::from_file(&file).expect("config");
+    assert_eq!(config.oversample, 0);
+    assert!(!serde_json::to_string(&config).expect("json").contains("oversample"));
+    std::fs::write(&file, r#"{"method": "searl", "oversample": 1}"#).expect("write");
+    assert!(RlConfig::from_file(&file).is_err());
+}

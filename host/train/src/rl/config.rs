@@ -176,6 +176,13 @@ pub struct RlConfig {
     pub dynamic_sampling: bool,
     /// Extra draws of tasks per iteration for dynamic sampling. By default 2.
     pub max_refills: usize,
+    /// Dynamic sampling's first draw takes this many tasks beyond `tasks_per_iteration` (verl's
+    /// `gen_batch_size` for DAPO): their groups decode in the same batches, whose steps cost
+    /// little more for a few more rows, and often spare a refill round, which costs as much as
+    /// the first. At most `tasks_per_iteration` groups are kept, in the order drawn; the surplus
+    /// counts as dropped. By default 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub oversample: usize,
     /// DAPO's overlong handling: the last `overlong_cache` tokens of a turn's budget ramp a
     /// penalty to -1, and a turn cut off by the budget is masked out of the loss (its tokens count
     /// in neither the loss, its token-mean denominator nor the KL). 0 disables it. By default 0.
@@ -275,6 +282,7 @@ impl RlConfig {
             group_norm: GroupNorm::MeanStd,
             dynamic_sampling: false,
             max_refills: 2,
+            oversample: 0,
             overlong_cache: 0,
             rewards: RewardConfig::default(),
             step_credit: StepCredit::default(),
@@ -462,6 +470,13 @@ impl RlConfig {
         if self.max_turns == 0 || self.max_tokens == 0 || self.micro_batch_tokens == 0 {
             return bad("max_turns, max_tokens and micro_batch_tokens must be positive".into());
         }
+        if self.oversample > 0 && !self.dynamic_sampling {
+            return bad(format!(
+                "oversample ({}) draws extra tasks for dynamic sampling, which is off: set dynamic_sampling = true or \
+                 leave oversample out",
+                self.oversample
+            ));
+        }
         if self.overlong_cache > self.max_tokens {
             return bad("overlong_cache cannot exceed max_tokens".into());
         }
@@ -503,4 +518,8 @@ fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
 /// The JSON Schema of [`RlConfig`] (`schemas/train-rl.schema.json`).
 pub fn schema() -> serde_json::Value {
     crate::config::schema_of::<RlConfig>()
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

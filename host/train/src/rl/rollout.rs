@@ -84,16 +84,30 @@ pub(super) fn simulated(real: &dyn Executor, actor: ToolActor) -> Result<Arc<dyn
     Ok(Arc::new(tools))
 }
 
+/// Dynamic sampling's choice among one draw's groups, in the order drawn: the first `room` that
+/// `informative` accepts are kept; the rest, uninformative or surplus, are dropped.
+fn select_groups<G>(groups: Vec<G>, room: usize, informative: impl Fn(&G) -> bool) -> (Vec<G>, Vec<G>) {
+    let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+    for g in groups {
+        if kept.len() < room && informative(&g) { kept.push(g) } else { dropped.push(g) }
+    }
+    (kept, dropped)
+}
+
 impl RlUnit {
     /// The iteration's groups. With dynamic sampling, a group whose episodes are all right or
     /// all wrong (equal outcomes: the method's accuracy, before any shaping) is dropped and
     /// more tasks are drawn, up to `max_refills` times.
+    /// With `oversample`, the first draw takes that many more tasks, and groups beyond
+    /// `tasks_per_iteration` that would be kept count as dropped.
     pub(super) fn sample(&self, iteration: u64) -> Result<Sampled, TrainError> {
         let target = self.config.tasks_per_iteration;
+        let dynamic = self.config.dynamic_sampling;
         let mut sampled = Sampled { kept: Vec::new(), dropped: Vec::new(), seconds: 0.0 };
         let mut drawn = 0;
         for draw in 0..=self.config.max_refills as u64 {
-            let tasks = self.draw_tasks(iteration, drawn, target - sampled.kept.len());
+            let extra = if draw == 0 && dynamic { self.config.oversample } else { 0 };
+            let tasks = self.draw_tasks(iteration, drawn, target - sampled.kept.len() + extra);
             if tasks.is_empty() {
                 break;
             }
@@ -101,14 +115,15 @@ impl RlUnit {
             let started = Instant::now();
             let groups = self.rollouts(iteration, draw, &tasks);
             sampled.seconds += started.elapsed().as_secs_f64();
-            for g in groups {
-                if self.config.dynamic_sampling && !keeps_group(&g.rewards) {
-                    sampled.dropped.push(g);
-                } else {
-                    sampled.kept.push(g);
-                }
+            if dynamic {
+                let room = target - sampled.kept.len();
+                let (kept, dropped) = select_groups(groups, room, |g| keeps_group(&g.rewards));
+                sampled.kept.extend(kept);
+                sampled.dropped.extend(dropped);
+            } else {
+                sampled.kept.extend(groups);
             }
-            if !self.config.dynamic_sampling || sampled.kept.len() >= target {
+            if !dynamic || sampled.kept.len() >= target {
                 break;
             }
         }
@@ -183,5 +198,20 @@ impl RlUnit {
             }
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::select_groups;
+
+    #[test]
+    fn dynamic_sampling_keeps_the_first_informative_groups_up_to_the_room() {
+        // Odd numbers stand for groups whose rewards differ.
+        let odd = |g: &u32| g % 2 == 1;
+        assert_eq!(select_groups(vec![1, 2, 3, 5, 4, 7], 3, odd), (vec![1, 3, 5], vec![2, 4, 7]));
+        assert_eq!(select_groups(vec![2, 4], 3, odd), (vec![], vec![2, 4]));
+        assert_eq!(select_groups(vec![1, 3], 0, odd), (vec![], vec![1, 3]));
+        assert_eq!(select_groups(Vec::<u32>::new(), 2, odd), (vec![], vec![]));
     }
 }

@@ -186,6 +186,8 @@ impl RlTrainer {
             heldout,
             resume,
         };
+        // Every update frees and allocates the same micro-batch tensors again.
+        toolsmith_policy::memory::reuse_freed_memory();
         let core = Core::new(run.clone(), policy, resumed, setup)?;
         let backend: Arc<dyn Backend> = match &engine {
             Some(engine) => Arc::new(engine.clone()),
@@ -314,7 +316,9 @@ fn warn_if_cut(worlds: &[TrainWorld], config: &RlConfig, policy: &Policy) {
 /// wait for one another long enough to cover the tool calls between turns, so that one decoding
 /// pass serves them all instead of the stragglers forming a second, small batch.
 fn rollout_batching(config: &RlConfig, policy: &Policy) -> BatchConfig {
-    let episodes = config.tasks_per_iteration * config.group_size;
+    // The first draw of dynamic sampling is the largest.
+    let oversample = if config.dynamic_sampling { config.oversample } else { 0 };
+    let episodes = (config.tasks_per_iteration + oversample) * config.group_size;
     BatchConfig::for_episodes(episodes, config.max_turns, config.max_tokens, policy)
 }
 
