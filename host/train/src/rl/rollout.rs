@@ -98,6 +98,7 @@ impl RlUnit {
     /// The iteration's groups. With dynamic sampling, a group whose episodes are all right or
     /// all wrong (equal outcomes: the method's accuracy, before any shaping) is dropped and
     /// more tasks are drawn, up to `max_refills` times.
+    ///
     /// With `oversample`, the first draw takes that many more tasks, and groups beyond
     /// `tasks_per_iteration` that would be kept count as dropped.
     pub(super) fn sample(&self, iteration: u64) -> Result<Sampled, TrainError> {
