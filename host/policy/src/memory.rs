@@ -9,9 +9,8 @@
 //!
 //! Within a phase the opposite holds: glibc serves every allocation above 32 MiB (a micro-batch's
 //! logits, their log-softmax and gradients) with a fresh mapping and unmaps it when freed, so
-//! each micro-batch zero-fills the same gigabyte of new pages again. [`reuse_freed_memory`]
-//! keeps those in the heap, where the next micro-batch reuses them; the releases between phases
-//! still bound the peak.
+//! each micro-batch zero-fills the same gigabyte of new pages again. [`HeapReuse`] keeps
+//! those in the heap during such a phase, where the next micro-batch reuses them.
 
 /// Returns the whole free pages of every allocator arena to the system. A no-op where the C
 /// library is not glibc.
@@ -24,16 +23,37 @@ pub fn release_free_memory() {
     }
 }
 
-/// Serves large allocations from the heap instead of fresh mappings, and keeps freed memory
-/// there (up to 2 GiB at its top) until [`release_free_memory`]. For a process that allocates
-/// and frees the same large tensors over and over (a training loop's micro-batches): an RL
-/// update of `smol-gap` spent 11% of its time zero-filling new pages without it
-/// (BENCHMARKS.md). Process-wide; a no-op where the C library is not glibc.
-pub fn reuse_freed_memory() {
+/// While alive, large allocations are served from the heap instead of fresh mappings, and freed
+/// memory stays there (up to 2 GiB at its top): for a phase that allocates and frees the same
+/// large tensors over and over (an RL update's micro-batches: it spent 11% of its time
+/// zero-filling new pages without this; BENCHMARKS.md). Dropped, glibc's defaults return, so a
+/// phase that follows (decoding) cannot grow the heap the same way; call
+/// [`release_free_memory`] after it. Process-wide; a no-op where the C library is not glibc.
+#[derive(Debug)]
+pub struct HeapReuse(());
+
+impl HeapReuse {
+    /// Starts reusing freed memory until the value is dropped.
+    pub fn start() -> Self {
+        set_mmap_and_trim(0, i32::MAX);
+        HeapReuse(())
+    }
+}
+
+impl Drop for HeapReuse {
+    fn drop(&mut self) {
+        // glibc's defaults: DEFAULT_MMAP_MAX and DEFAULT_TRIM_THRESHOLD.
+        set_mmap_and_trim(65_536, 128 * 1024);
+    }
+}
+
+fn set_mmap_and_trim(mmap_max: i32, trim_threshold: i32) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes the allocator's parameters; it takes the main arena's lock.
     unsafe {
-        libc::mallopt(libc::M_MMAP_MAX, 0);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_MMAP_MAX, mmap_max);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, trim_threshold);
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = (mmap_max, trim_threshold);
 }

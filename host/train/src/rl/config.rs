@@ -313,7 +313,7 @@ impl RlConfig {
     /// preset's 16 training worlds (the families the method's effect shows on), 10 iterations of
     /// 4 tasks x 8 episodes (5 turns of 128 tokens), evaluated before and after on 10 questions
     /// per family of the held-out world in the method's mode, as the SFT preset evaluates;
-    /// `smol-gap` takes 11.5 minutes on 2 CPU cores with AVX512_BF16, 21-23 on ones without.
+    /// `smol-gap` takes 11.5-15.5 minutes on 2 CPU cores with AVX512_BF16, 21-23 on ones without.
     pub fn preset(name: &str, method: Option<Method>) -> Result<Self, TrainError> {
         if name == "tiny-world" {
             let method = method.unwrap_or(Method::GAP);
@@ -354,7 +354,7 @@ impl RlConfig {
                 modes: base.eval.as_ref().map_or_else(|| vec![named.mode()], |e| e.modes.clone()),
                 ..EvalConfig::smol()
             }),
-            // An iteration takes a median 53 s on 2 cores with AVX512_BF16 (2-2.7 minutes on
+            // An iteration takes a median 53-72 s on 2 cores with AVX512_BF16 (2-2.7 minutes on
             // others), about half of it decoding 32-40 episodes, and an
             // evaluation 1-2 at 128-token turns: ten ran in 20-29 minutes (BENCHMARKS.md). The
             // evaluations' 256-token turns cost an SFT checkpoint about 1.5x that (not yet timed

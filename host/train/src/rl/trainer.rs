@@ -186,8 +186,6 @@ impl RlTrainer {
             heldout,
             resume,
         };
-        // Every update frees and allocates the same micro-batch tensors again.
-        toolsmith_policy::memory::reuse_freed_memory();
         let core = Core::new(run.clone(), policy, resumed, setup)?;
         let backend: Arc<dyn Backend> = match &engine {
             Some(engine) => Arc::new(engine.clone()),
@@ -247,7 +245,12 @@ impl Unit for RlUnit {
         let all: Vec<&Group> = sampled.kept.iter().chain(&sampled.dropped).collect();
         let calls = self.count_calls(&all)?;
         let graph = self.learn_tools(iteration, &all)?;
-        let update = self.update(core, &examples)?;
+        let update = {
+            // Every micro-batch allocates and frees the same large tensors: reused from the heap,
+            // not zero-filled afresh. Only here, so that decoding keeps glibc's defaults.
+            let _heap = toolsmith_policy::memory::HeapReuse::start();
+            self.update(core, &examples)?
+        };
         // And the update's activations, before the next rollouts.
         toolsmith_policy::memory::release_free_memory();
         let episodes: Vec<(&Trajectory, &Group)> =
