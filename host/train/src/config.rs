@@ -143,8 +143,9 @@ pub struct DataConfig {
     pub reuse: f64,
 }
 
-fn is_zero(x: &f64) -> bool {
-    *x == 0.0
+/// For `skip_serializing_if`: a field left at zero stays out of a config's file (and its hash).
+pub(crate) fn is_zero<T: Default + PartialEq>(x: &T) -> bool {
+    *x == T::default()
 }
 
 /// Oracle traces of worlds generated from several seeds: the training split. The held-out world

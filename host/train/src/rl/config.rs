@@ -181,7 +181,7 @@ pub struct RlConfig {
     /// little more for a few more rows, and often spare a refill round, which costs as much as
     /// the first. At most `tasks_per_iteration` groups are kept, in the order drawn; the surplus
     /// counts as dropped. By default 0.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::config::is_zero")]
     pub oversample: usize,
     /// DAPO's overlong handling: the last `overlong_cache` tokens of a turn's budget ramp a
     /// penalty to -1, and a turn cut off by the budget is masked out of the loss (its tokens count
@@ -519,8 +519,4 @@ fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
 /// The JSON Schema of [`RlConfig`] (`schemas/train-rl.schema.json`).
 pub fn schema() -> serde_json::Value {
     crate::config::schema_of::<RlConfig>()
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }

@@ -107,7 +107,8 @@ impl RlUnit {
         let mut sampled = Sampled { kept: Vec::new(), dropped: Vec::new(), seconds: 0.0 };
         let mut drawn = 0;
         for draw in 0..=self.config.max_refills as u64 {
-            let extra = if draw == 0 && dynamic { self.config.oversample } else { 0 };
+            // `validate` allows oversampling only with dynamic sampling.
+            let extra = if draw == 0 { self.config.oversample } else { 0 };
             let tasks = self.draw_tasks(iteration, drawn, target - sampled.kept.len() + extra);
             if tasks.is_empty() {
                 break;

@@ -319,9 +319,8 @@ fn warn_if_cut(worlds: &[TrainWorld], config: &RlConfig, policy: &Policy) {
 /// wait for one another long enough to cover the tool calls between turns, so that one decoding
 /// pass serves them all instead of the stragglers forming a second, small batch.
 fn rollout_batching(config: &RlConfig, policy: &Policy) -> BatchConfig {
-    // The first draw of dynamic sampling is the largest.
-    let oversample = if config.dynamic_sampling { config.oversample } else { 0 };
-    let episodes = (config.tasks_per_iteration + oversample) * config.group_size;
+    // Dynamic sampling's first draw, the largest.
+    let episodes = (config.tasks_per_iteration + config.oversample) * config.group_size;
     BatchConfig::for_episodes(episodes, config.max_turns, config.max_tokens, policy)
 }
 
