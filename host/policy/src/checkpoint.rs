@@ -63,6 +63,15 @@ impl Precision {
         }
     }
 
+    /// What `auto` means for training on `device`: bf16 on CUDA, and on a CPU only where
+    /// training runs faster in it than in f32 ([`cpu_trains_in_bf16`]), f32 elsewhere.
+    pub fn auto_for_training(device: Device) -> Self {
+        match device {
+            Device::Cpu if !cpu_trains_in_bf16() => Self::F32,
+            _ => Self::Bf16,
+        }
+    }
+
     /// Refuses bf16 on a CPU that would emulate it (several times slower than f32 there).
     pub fn check(self, device: Device) -> Result<(), PolicyError> {
         if self == Self::Bf16 && device == Device::Cpu && !cpu_has_bf16() {
@@ -103,17 +112,77 @@ pub fn cpu_has_bf16() -> bool {
     })
 }
 
-#[cfg(target_arch = "x86_64")]
+/// Whether training (forward and backward passes, fp32 master weights) runs faster in bf16 than
+/// in f32 on this CPU: with AMX-BF16, or with AVX512_BF16 on an AMD CPU (on a Zen 5, SmolLM2's
+/// SFT steps run about 3x f32's). An Intel CPU with AVX512_BF16 but no AMX (or with AMX hidden by
+/// a hypervisor) decodes faster in bf16 but trains slower: SFT at 0.76x f32's tokens/s, an RL
+/// update at 0.6x (BENCHMARKS.md). `TOOLSMITH_CPU_BF16=0|1` overrides this as it does
+/// [`cpu_has_bf16`].
+pub fn cpu_trains_in_bf16() -> bool {
+    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DETECTED.get_or_init(|| match std::env::var("TOOLSMITH_CPU_BF16").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => CpuFeatures::detect().trains_in_bf16(),
+    })
+}
+
+/// The features that decide how this CPU computes bf16.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuFeatures {
+    pub avx512_bf16: bool,
+    pub amx_bf16: bool,
+    pub amd: bool,
+}
+
+impl CpuFeatures {
+    /// This machine's, from `/proc/cpuinfo` where it exists (AMX's feature names are not stable
+    /// in `is_x86_feature_detected!`; the kernel lists them).
+    pub fn detect() -> Self {
+        let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let mut features = Self::from_cpuinfo(&info);
+        features.avx512_bf16 |= detect_avx512_bf16();
+        features
+    }
+
+    /// The features the first processor of a `/proc/cpuinfo` text lists.
+    pub fn from_cpuinfo(info: &str) -> Self {
+        let field = |name: &str| {
+            info.lines()
+                .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+                .and_then(|l| l.split_once(':'))
+                .map_or("", |(_, v)| v.trim())
+        };
+        let flags: Vec<&str> = field("flags").split_whitespace().collect();
+        CpuFeatures {
+            avx512_bf16: flags.contains(&"avx512_bf16"),
+            amx_bf16: flags.contains(&"amx_bf16"),
+            amd: field("vendor_id") == "AuthenticAMD",
+        }
+    }
+
+    /// Whether bf16 is native at all: AVX512_BF16 or AMX-BF16.
+    pub fn has_bf16(self) -> bool {
+        self.avx512_bf16 || self.amx_bf16
+    }
+
+    /// Whether training runs faster in bf16 than in f32 (see [`cpu_trains_in_bf16`]).
+    pub fn trains_in_bf16(self) -> bool {
+        self.amx_bf16 || (self.avx512_bf16 && self.amd)
+    }
+}
+
 fn detect_cpu_bf16() -> bool {
-    // AMX's feature names are not stable in `is_x86_feature_detected!`; the kernel lists them.
+    CpuFeatures::detect().has_bf16()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_avx512_bf16() -> bool {
     std::arch::is_x86_feature_detected!("avx512bf16")
-        || std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
-            info.lines().filter(|l| l.starts_with("flags")).any(|l| l.split_whitespace().any(|f| f == "amx_bf16"))
-        })
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn detect_cpu_bf16() -> bool {
+fn detect_avx512_bf16() -> bool {
     false
 }
 

@@ -24,7 +24,10 @@ pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
-pub use checkpoint::{LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER, cpu_has_bf16, seeded};
+pub use checkpoint::{
+    CpuFeatures, LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER, cpu_has_bf16,
+    cpu_trains_in_bf16, seeded,
+};
 pub use config::{DecoderSpec, ModelConfig};
 pub use generate::{Constraint, FinishReason, Generation, GenerationStats, TokenEvent};
 pub use lora::{AdapterFiles, LoraConfig};

@@ -1,12 +1,12 @@
 //! bf16 against f32: the same checkpoint's logits agree within bf16's resolution, on the tiny
-//! model and on SmolLM2-135M (when setup fetched it), and `auto` picks bf16 only where the CPU
-//! computes it natively.
+//! model and on SmolLM2-135M (when setup fetched it); `auto` picks bf16 only where the CPU
+//! computes it natively, and for training only where it trains faster in it.
 
 mod common;
 
 use tch::{Device, Kind, Tensor};
 use toolsmith_policy::decoder::{AttentionMask, FusedWeights};
-use toolsmith_policy::{LoadOptions, Policy, Precision};
+use toolsmith_policy::{CpuFeatures, LoadOptions, Policy, Precision};
 
 const PROMPT: &str = "<|im_start|>user\nWhat is the population of the capital of Freedonia?<|im_end|>\n<|im_start|>assistant\n<plan>\nTask 1: find the capital";
 
@@ -132,4 +132,39 @@ fn auto_picks_bf16_where_the_cpu_has_it_and_bf16_is_refused_where_it_does_not() 
             assert!(e.to_string().contains("AVX512_BF16"), "{e}");
         }
     }
+}
+
+#[test]
+fn training_picks_bf16_only_where_the_cpu_trains_faster_in_it() {
+    let cpu = |vendor: &str, flags: &str| {
+        CpuFeatures::from_cpuinfo(&format!(
+            "processor\t: 0\nvendor_id\t: {vendor}\nmodel name\t: some CPU\nflags\t\t: fpu sse2 {flags}\n\n\
+             processor\t: 1\nvendor_id\t: {vendor}\nflags\t\t: fpu sse2 {flags}\n"
+        ))
+    };
+    // A Zen 5: bf16 for both.
+    let zen5 = cpu("AuthenticAMD", "avx512f avx512_bf16 avx512_vnni");
+    assert_eq!(zen5, CpuFeatures { avx512_bf16: true, amx_bf16: false, amd: true });
+    assert!(zen5.has_bf16() && zen5.trains_in_bf16());
+    // An Intel CPU with AVX512_BF16 and no AMX (or AMX hidden by a hypervisor): it decodes in
+    // bf16 but trains in f32.
+    let xeon = cpu("GenuineIntel", "avx512f avx512_bf16 avx512_fp16");
+    assert!(xeon.has_bf16() && !xeon.trains_in_bf16());
+    // With AMX it trains in bf16 too.
+    let amx = cpu("GenuineIntel", "avx512f avx512_bf16 amx_bf16 amx_tile amx_int8");
+    assert!(amx.has_bf16() && amx.trains_in_bf16());
+    // Neither: f32 throughout; a flag's name must match whole.
+    let old = cpu("GenuineIntel", "avx512f avx512_bf16x amx_bf16_not");
+    assert!(!old.has_bf16() && !old.trains_in_bf16());
+    assert_eq!(CpuFeatures::from_cpuinfo(""), CpuFeatures::default());
+    // This machine's choices follow its features (unless the environment overrides them).
+    if std::env::var_os("TOOLSMITH_CPU_BF16").is_none() {
+        let here = CpuFeatures::detect();
+        assert_eq!(toolsmith_policy::cpu_trains_in_bf16(), here.trains_in_bf16());
+        assert_eq!(
+            Precision::auto_for_training(Device::Cpu),
+            if here.trains_in_bf16() { Precision::Bf16 } else { Precision::F32 }
+        );
+    }
+    assert_eq!(Precision::auto_for_training(Device::Cuda(0)), Precision::Bf16);
 }

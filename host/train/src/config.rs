@@ -56,8 +56,9 @@ pub struct SftConfig {
     pub seed: u64,
     /// `auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`. By default `auto`.
     pub device: String,
-    /// Weights' precision: `auto` (bf16 with fp32 master weights on CUDA and on CPUs with
-    /// AVX512_BF16 or AMX, fp32 elsewhere), `f32` or `bf16`. By default `auto`.
+    /// Weights' precision: `auto` (bf16 with fp32 master weights on CUDA and on CPUs that train
+    /// faster in it: with AMX, or AMD ones with AVX512_BF16; fp32 elsewhere), `f32` or `bf16`.
+    /// By default `auto`.
     pub precision: String,
     /// CPU threads for libtorch (0: libtorch's default). By default 0.
     pub threads: usize,
@@ -274,9 +275,10 @@ impl SftConfig {
     /// `smol-world`: SmolLM2-135M-Instruct, fully fine-tuned on oracle traces of 16 small
     /// training worlds in every style (100 steps of up to 2,048 tokens), evaluated after
     /// training on 10 questions per family of the held-out world in every mode (40 episodes at
-    /// once, turns of 256 tokens); about 24 minutes on 2 CPU cores with AVX512_BF16 (14 of
-    /// training, in bf16), about 90 in f32 on one without. No evaluation before training (see
-    /// `before`).
+    /// once, turns of 256 tokens); on 2 cores of a Zen 5, 8.5-14 minutes of training in bf16 and
+    /// about 24 in all; on an Intel Xeon with AVX512_BF16 but no AMX, 23.5 minutes of training in
+    /// bf16, and training's `auto` picks f32 there, 1.3x faster; about 90 minutes in f32 on an
+    /// older CPU. No evaluation before training (see `before`).
     pub fn preset(name: &str) -> Result<Self, TrainError> {
         match name {
             "tiny-world" => Ok(SftConfig {

@@ -26,11 +26,12 @@ pub use crate::run::Event;
 use crate::run::{Core, Opened, Resume, Setup, Unit, open, padded_rows, trainable};
 use crate::sequence::{SequenceBuilder, TrainSequence};
 
-/// The device and precision named by `device` and `precision` (`auto` for either).
+/// The device and precision named by `device` and `precision` (`auto` for either) for training:
+/// `auto` is [`Precision::auto_for_training`].
 pub fn load_options_for(device: &str, precision: &str) -> Result<LoadOptions, TrainError> {
     let device = toolsmith_policy::parse_device(device)?;
     let precision = match precision {
-        "auto" => Precision::auto(device),
+        "auto" => Precision::auto_for_training(device),
         other => Precision::parse(other)?,
     };
     precision.check(device)?;

@@ -208,7 +208,8 @@ pub struct RlConfig {
     pub seed: u64,
     /// `auto`, `cpu`, `cuda` or `cuda:N`. By default `auto`.
     pub device: String,
-    /// `auto`, `f32` or `bf16`. By default `auto`.
+    /// `auto` (as SFT's: bf16 where training runs faster in it), `f32` or `bf16`. By default
+    /// `auto`.
     pub precision: String,
     /// CPU threads for libtorch (0: its default). By default 0.
     pub threads: usize,
