@@ -314,7 +314,9 @@ impl RlConfig {
     /// preset's 16 training worlds (the families the method's effect shows on), 10 iterations of
     /// 4 tasks x 8 episodes (5 turns of 128 tokens), evaluated before and after on 10 questions
     /// per family of the held-out world in the method's mode, as the SFT preset evaluates;
-    /// `smol-gap` takes 11.5-15.5 minutes on 2 CPU cores with AVX512_BF16, 21-23 on ones without.
+    /// `smol-gap` takes 11.5-15.5 minutes on 2 cores of a Zen 5 (bf16), 21-23 on CPUs without
+    /// AVX512_BF16; on an Intel Xeon with AVX512_BF16 but no AMX (f32 training) an iteration
+    /// takes 164 s.
     pub fn preset(name: &str, method: Option<Method>) -> Result<Self, TrainError> {
         if name == "tiny-world" {
             let method = method.unwrap_or(Method::GAP);
