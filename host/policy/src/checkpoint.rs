@@ -104,12 +104,7 @@ pub fn seeded(seed: u64) -> std::sync::MutexGuard<'static, ()> {
 /// Whether this CPU computes bf16 natively (AVX512_BF16 or AMX-BF16). `TOOLSMITH_CPU_BF16=0`
 /// or `=1` overrides the detection, e.g. to compare precisions or to test the refusal.
 pub fn cpu_has_bf16() -> bool {
-    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DETECTED.get_or_init(|| match std::env::var("TOOLSMITH_CPU_BF16").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => detect_cpu_bf16(),
-    })
+    bf16_on_this_cpu().0
 }
 
 /// Whether training (forward and backward passes, fp32 master weights) runs faster in bf16 than
@@ -119,11 +114,19 @@ pub fn cpu_has_bf16() -> bool {
 /// update at 0.6x (BENCHMARKS.md). `TOOLSMITH_CPU_BF16=0|1` overrides this as it does
 /// [`cpu_has_bf16`].
 pub fn cpu_trains_in_bf16() -> bool {
-    static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    bf16_on_this_cpu().1
+}
+
+/// ([`cpu_has_bf16`], [`cpu_trains_in_bf16`]), detected once.
+fn bf16_on_this_cpu() -> (bool, bool) {
+    static DETECTED: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
     *DETECTED.get_or_init(|| match std::env::var("TOOLSMITH_CPU_BF16").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => CpuFeatures::detect().trains_in_bf16(),
+        Ok("0") => (false, false),
+        Ok("1") => (true, true),
+        _ => {
+            let features = CpuFeatures::detect();
+            (features.has_bf16(), features.trains_in_bf16())
+        }
     })
 }
 
@@ -170,10 +173,6 @@ impl CpuFeatures {
     pub fn trains_in_bf16(self) -> bool {
         self.amx_bf16 || (self.avx512_bf16 && self.amd)
     }
-}
-
-fn detect_cpu_bf16() -> bool {
-    CpuFeatures::detect().has_bf16()
 }
 
 #[cfg(target_arch = "x86_64")]
