@@ -1102,7 +1102,10 @@ fn rl_with_trainable_layers_moves_only_the_top_layers() {
     };
     let mut trainer = tiny_rl_with(&out, 1, false, probes::EVEN, top_two).expect("prepare");
     trainer.run(&mut |_| {}).expect("trains");
-    let start = toolsmith_policy::Policy::tiny(0, Default::default()).expect("tiny");
+    // The reference in the precision the trainer loaded it in: inference's default may round
+    // the fresh weights to bf16 where training keeps f32, and every frozen weight would differ.
+    let options = toolsmith_train::sft::load_options_for("auto", "auto").expect("options");
+    let start = toolsmith_policy::Policy::tiny(0, options).expect("tiny");
     let (before, p) = (start.var_store().variables(), trainer.policy());
     let after = p.lock().expect("policy").var_store().variables();
     let mut moved_top = false;
