@@ -151,10 +151,7 @@ impl CpuFeatures {
     /// The features the first processor of a `/proc/cpuinfo` text lists.
     pub fn from_cpuinfo(info: &str) -> Self {
         let field = |name: &str| {
-            info.lines()
-                .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
-                .and_then(|l| l.split_once(':'))
-                .map_or("", |(_, v)| v.trim())
+            info.lines().filter_map(|l| l.split_once(':')).find(|(k, _)| k.trim() == name).map_or("", |(_, v)| v.trim())
         };
         let flags: Vec<&str> = field("flags").split_whitespace().collect();
         CpuFeatures {
