@@ -372,12 +372,34 @@ fn searl_rewards_by_hand() {
     assert_all_close(&method::searl::reward(&listed, &golden, &searl).steps, &[0.075, -0.15, -0.325, 1.025], 1e-12);
 
     // GAP: the outcome alone; a wrong or missing answer is 0.
-    assert_eq!(method::gap::reward(&t, &golden).total, 1.0);
+    let binary = RewardConfig::default();
+    assert_eq!(method::gap::reward(&t, &golden, &binary).total, 1.0);
     assert_eq!(
-        method::gap::reward(&trajectory(vec![step("<answer>Rome</answer>", vec![], &[])], Some("Rome")), &golden).total,
+        method::gap::reward(
+            &trajectory(vec![step("<answer>Rome</answer>", vec![], &[])], Some("Rome")),
+            &golden,
+            &binary
+        )
+        .total,
         0.0
     );
-    assert_eq!(method::gap::reward(&trajectory(vec![step("<think>x</think>", vec![], &[])], None), &golden).total, 0.0);
+    assert_eq!(
+        method::gap::reward(&trajectory(vec![step("<think>x</think>", vec![], &[])], None), &golden, &binary).total,
+        0.0
+    );
+    // With objective credit, answering one of three listed questions earns a third (binary: 0);
+    // an exact answer still earns 1, and an episode that never answers 0.
+    let partial = RewardConfig { objective_credit: true, ..RewardConfig::default() };
+    let three = vec!["2535928; Quilu; Rosne".to_string()];
+    let first_only = trajectory(vec![step("<answer>2535928</answer>", vec![], &[])], Some("2535928"));
+    assert_eq!(method::gap::reward(&first_only, &three, &binary).total, 0.0);
+    let r = method::gap::reward(&first_only, &three, &partial);
+    assert!(close(r.total, 1.0 / 3.0, 1e-12) && r.outcome == r.total, "{r:?}");
+    let all =
+        trajectory(vec![step("<answer>Rosne; 2535928; quilu</answer>", vec![], &[])], Some("Rosne; 2535928; quilu"));
+    assert_eq!(method::gap::reward(&all, &three, &partial).total, 1.0);
+    let unanswered = trajectory(vec![step("<think>x</think>", vec![], &[])], None);
+    assert_eq!(method::gap::reward(&unanswered, &three, &partial).total, 0.0);
     // MemPO: right answer but a malformed turn on the way: 0.
     assert_eq!(method::mempo::reward(&t, &golden).total, 0.0);
 }

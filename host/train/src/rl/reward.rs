@@ -8,7 +8,7 @@
 //! counts is what the runtime did (calls, verdicts, created tools) and the final answer.
 
 use serde::{Deserialize, Serialize};
-use toolsmith_agent::env::metrics::exact_match;
+use toolsmith_agent::env::metrics::{exact_match, objective_credit};
 use toolsmith_agent::{Finish, Trajectory};
 
 /// Sizes of the reward terms the papers name without a number.
@@ -39,6 +39,11 @@ pub struct RewardConfig {
     pub mtr_repeat: f64,
     /// MTR: the repetition penalty's cap, so a right answer's reward stays positive. By default 0.5.
     pub mtr_repeat_cap: f64,
+    /// GAP: a multi-objective answer earns the share of its objectives answered right
+    /// ([`objective_credit`]) instead of all or nothing. Off by default, as in the paper (binary
+    /// exact match); under binary match a policy that answers only the first of several listed
+    /// questions loses nothing it could have kept (BENCHMARKS.md, multi-objective tasks).
+    pub objective_credit: bool,
 }
 
 impl Default for RewardConfig {
@@ -55,6 +60,7 @@ impl Default for RewardConfig {
             mtr_intermediate_only: 0.3,
             mtr_repeat: 0.1,
             mtr_repeat_cap: 0.5,
+            objective_credit: false,
         }
     }
 }
@@ -74,6 +80,15 @@ pub struct EpisodeReward {
 /// Whether the episode answered and its final answer is an exact match.
 pub fn correct(trajectory: &Trajectory, golden: &[String]) -> bool {
     trajectory.finish == Finish::Answered && trajectory.answer.as_deref().is_some_and(|a| exact_match(a, golden) == 1.0)
+}
+
+/// The answer's score: 1 for an exact match, else 0; with `partial`, a multi-objective answer's
+/// share of objectives right. An episode that never answers scores 0.
+pub fn answer_score(trajectory: &Trajectory, golden: &[String], partial: bool) -> f64 {
+    match trajectory.answer.as_deref() {
+        Some(answer) if partial && trajectory.finish == Finish::Answered => objective_credit(answer, golden),
+        _ => f64::from(u8::from(correct(trajectory, golden))),
+    }
 }
 
 /// A call's identity for spotting repeats: tool name and canonical arguments.

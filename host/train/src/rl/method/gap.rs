@@ -1,6 +1,7 @@
 //! GAP (graph-based agent planning): plans are dependency graphs whose independent calls run in
-//! parallel. The reward is the exact match alone (the paper relies on SFT for the format), and
-//! every token of an episode carries its group-normalised advantage; training follows DAPO.
+//! parallel. The reward is the exact match alone (the paper relies on SFT for the format), or
+//! optionally the share of a multi-objective answer's objectives right; every token of an episode
+//! carries its group-normalised advantage; training follows DAPO.
 
 use toolsmith_agent::{Mode, Trajectory};
 
@@ -8,7 +9,7 @@ use crate::TrainError;
 use crate::rl::config::RlConfig;
 use crate::rl::loss::{Aggregation, LossConfig};
 use crate::rl::method::{CreditAssignment, CreditContext, GroupView, MethodSpec, TurnCredit, episode_credit};
-use crate::rl::reward::{EpisodeReward, correct};
+use crate::rl::reward::{EpisodeReward, RewardConfig, answer_score};
 
 /// The table entry.
 pub static METHOD: MethodSpec = MethodSpec {
@@ -39,15 +40,16 @@ fn defaults(base: RlConfig) -> RlConfig {
     }
 }
 
-/// 1 for an exact answer, else 0 (an episode that never answers scores 0).
-pub fn reward(trajectory: &Trajectory, golden: &[String]) -> EpisodeReward {
-    let outcome = f64::from(u8::from(correct(trajectory, golden)));
+/// 1 for an exact answer, else 0 (an episode that never answers scores 0); with
+/// [`RewardConfig::objective_credit`], a multi-objective answer's share of objectives right.
+pub fn reward(trajectory: &Trajectory, golden: &[String], config: &RewardConfig) -> EpisodeReward {
+    let outcome = answer_score(trajectory, golden, config.objective_credit);
     EpisodeReward { total: outcome, outcome, steps: Vec::new() }
 }
 
 impl CreditAssignment for Gap {
-    fn reward(&self, episode: &Trajectory, golden: &[String], _: &RlConfig) -> EpisodeReward {
-        reward(episode, golden)
+    fn reward(&self, episode: &Trajectory, golden: &[String], config: &RlConfig) -> EpisodeReward {
+        reward(episode, golden, &config.rewards)
     }
 
     fn credit(&self, group: &GroupView<'_>, context: &CreditContext<'_>) -> Result<Vec<Vec<TurnCredit>>, TrainError> {

@@ -55,9 +55,9 @@ pub fn states(episode: &Trajectory) -> Vec<Option<String>> {
 }
 
 impl CreditAssignment for GiGpo {
-    fn reward(&self, episode: &Trajectory, golden: &[String], _: &RlConfig) -> EpisodeReward {
+    fn reward(&self, episode: &Trajectory, golden: &[String], config: &RlConfig) -> EpisodeReward {
         // The outcome on the last turn, so earlier turns' discounted returns carry it.
-        let mut r = gap::reward(episode, golden);
+        let mut r = gap::reward(episode, golden, &config.rewards);
         r.steps = vec![0.0; episode.steps.len()];
         match r.steps.last_mut() {
             Some(last) => *last = r.total,
