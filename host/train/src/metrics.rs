@@ -96,6 +96,10 @@ pub struct IterationMetrics {
     pub response_tokens: f64,
     /// Largest context plus response of a turn, mean over episodes.
     pub peak_tokens: f64,
+    /// Share of the sampled turns that the turn budget (`max_tokens`) cut off. A budget that
+    /// cuts the policy's longer plans teaches it shorter ones, whatever the reward says.
+    #[serde(default)]
+    pub cut_turns: f64,
     /// Mean KL to the reference per trained token (k3), in the update's last epoch; 0 when the
     /// method has no KL term (no reference is scored).
     pub kl: f64,

@@ -245,13 +245,15 @@ pub fn summary(records: &[Record]) -> String {
     if let (Some(first), Some(last)) = (iterations.first(), iterations.last()) {
         let _ = writeln!(
             out,
-            "iterations {}..{} · reward {:.3} -> {:.3} · sampled EM {:.2} -> {:.2} · KL {:.4} (to the sampler {:.4}, clipped {:.2}%) · entropy {:.2} -> {:.2} · {:.0} s",
+            "iterations {}..{} · reward {:.3} -> {:.3} · sampled EM {:.2} -> {:.2} · turns cut {:.0}% -> {:.0}% · KL {:.4} (to the sampler {:.4}, clipped {:.2}%) · entropy {:.2} -> {:.2} · {:.0} s",
             first.iteration,
             last.iteration,
             first.reward,
             last.reward,
             first.em,
             last.em,
+            100.0 * first.cut_turns,
+            100.0 * last.cut_turns,
             last.kl,
             last.sampler_kl,
             100.0 * last.clip_fraction,

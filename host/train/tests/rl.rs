@@ -625,6 +625,12 @@ fn a_resumed_run_repeats_the_updates_of_an_uninterrupted_one() {
     let (a, b) = (iterations(&straight), iterations(&stopped));
     assert_eq!(a.len(), 3);
     assert_eq!(b.len(), 3);
+    // A cut turn wrote the whole 24-token budget, so the cut ones alone cannot outnumber what
+    // was written; the untrained tiny model rarely stops on its own.
+    for m in &a {
+        assert!(m.cut_turns > 0.0 && m.cut_turns <= 1.0, "{m:?}");
+        assert!(m.cut_turns * m.turns * 24.0 <= m.response_tokens + 1e-9, "{m:?}");
+    }
     for (x, y) in a.iter().zip(&b) {
         assert!(x.grad_norm > 0.0, "{x:?}");
         for (name, u, v) in [

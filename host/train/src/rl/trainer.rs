@@ -26,7 +26,7 @@ use crate::rl::graph::{GraphUpdate, REGISTRY_FILE, TrainingGraph};
 use crate::rl::method::{CreditContext, GroupView};
 use crate::rl::reward::{EpisodeReward, correct};
 use crate::rl::rollout::{Group, TrainWorld, mix, pool_hash, simulated};
-use crate::rl::update::longest_first;
+use crate::rl::update::{cut_off, longest_first};
 use crate::run::{Core, Event, Opened, Resume, Setup, Unit, open, trainable};
 use crate::sequence::SequenceBuilder;
 
@@ -258,6 +258,8 @@ impl Unit for RlUnit {
         let n = episodes.len().max(1) as f64;
         let rewards: Vec<f64> = sampled.kept.iter().flat_map(|g| g.rewards.iter().map(|r| r.total)).collect();
         let generated: usize = episodes.iter().map(|(e, _)| e.response_tokens()).sum();
+        let sampled_turns: usize = episodes.iter().map(|(e, _)| e.steps.len()).sum();
+        let cut_turns = episodes.iter().flat_map(|(e, _)| &e.steps).filter(|s| cut_off(s)).count();
         Ok(Record::Iteration(IterationMetrics {
             iteration: iteration + 1,
             reward: rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
@@ -268,6 +270,7 @@ impl Unit for RlUnit {
             turns: episodes.iter().map(|(e, _)| e.turns() as f64).sum::<f64>() / n,
             response_tokens: generated as f64 / n,
             peak_tokens: episodes.iter().map(|(e, _)| e.peak_tokens() as f64).sum::<f64>() / n,
+            cut_turns: cut_turns as f64 / sampled_turns.max(1) as f64,
             kl: update.stats.kl(),
             sampler_kl: update.stats.drift(),
             clip_fraction: update.stats.clip_fraction(),

@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use toolsmith_agent::Trajectory;
+use toolsmith_agent::runner::StepRecord;
 use toolsmith_policy::score::micro_batches;
 use toolsmith_policy::tch::{self, Kind, Tensor};
 use toolsmith_policy::{FinishReason, FrozenActivations, Policy, ScoreOptions, TokenSequence};
@@ -51,8 +52,12 @@ pub(super) struct UpdateOutcome {
 /// Whether DAPO's overlong filtering takes `episode`'s turn `step` out of the loss: the budget
 /// cut it off.
 fn cut(episode: &Trajectory, step: usize, overlong_cache: usize) -> bool {
-    overlong_cache > 0
-        && episode.steps.get(step).and_then(|s| s.tokens.as_ref()).is_some_and(|t| t.finish == FinishReason::Length)
+    overlong_cache > 0 && episode.steps.get(step).is_some_and(cut_off)
+}
+
+/// Whether the turn budget cut this turn off.
+pub(super) fn cut_off(step: &StepRecord) -> bool {
+    step.tokens.as_ref().is_some_and(|t| t.finish == FinishReason::Length)
 }
 
 impl RlUnit {
