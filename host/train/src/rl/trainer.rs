@@ -258,7 +258,7 @@ impl Unit for RlUnit {
         let n = episodes.len().max(1) as f64;
         let rewards: Vec<f64> = sampled.kept.iter().flat_map(|g| g.rewards.iter().map(|r| r.total)).collect();
         let generated: usize = episodes.iter().map(|(e, _)| e.response_tokens()).sum();
-        let sampled_turns: usize = episodes.iter().map(|(e, _)| e.steps.len()).sum();
+        let sampled_turns: usize = episodes.iter().map(|(e, _)| e.turns()).sum();
         let cut_turns = episodes.iter().flat_map(|(e, _)| &e.steps).filter(|s| cut_off(s)).count();
         Ok(Record::Iteration(IterationMetrics {
             iteration: iteration + 1,
