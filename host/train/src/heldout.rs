@@ -200,5 +200,6 @@ pub fn figures(report: &Report) -> ModeFigures {
         ceiling: None,
         tasks: report.results.len(),
         families: report.families.iter().map(|(f, s)| (f.name().to_string(), s.em)).collect(),
+        family_f1: report.families.iter().map(|(f, s)| (f.name().to_string(), s.f1)).collect(),
     }
 }

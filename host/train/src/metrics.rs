@@ -60,6 +60,10 @@ pub struct ModeFigures {
     pub tasks: usize,
     /// EM by task family.
     pub families: BTreeMap<String, f64>,
+    /// Token F1 by task family: partial progress on a family (some objectives of a
+    /// multi-objective question right) that its EM does not show. Empty in runs recorded before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub family_f1: BTreeMap<String, f64>,
 }
 
 /// A held-out evaluation.

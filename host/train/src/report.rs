@@ -302,14 +302,46 @@ pub fn summary(records: &[Record]) -> String {
                 a.ceiling.map_or_else(|| "-".to_string(), |c| format!("{c:.2}"))
             );
         }
-        let families: BTreeMap<&String, Vec<f64>> =
-            after.modes.values().flat_map(|m| m.families.iter()).fold(BTreeMap::new(), |mut acc, (f, em)| {
-                acc.entry(f).or_default().push(*em);
-                acc
-            });
-        let row: Vec<String> =
-            families.iter().map(|(f, ems)| format!("{f} {:.2}", ems.iter().sum::<f64>() / ems.len() as f64)).collect();
-        let _ = writeln!(out, "after, EM by family (mean over modes): {}", row.join(" · "));
+        let by_family = |pick: fn(&crate::metrics::ModeFigures) -> &BTreeMap<String, f64>| {
+            let families: BTreeMap<&String, Vec<f64>> =
+                after.modes.values().flat_map(|m| pick(m).iter()).fold(BTreeMap::new(), |mut acc, (f, x)| {
+                    acc.entry(f).or_default().push(*x);
+                    acc
+                });
+            let row: Vec<String> =
+                families.iter().map(|(f, xs)| format!("{f} {:.2}", xs.iter().sum::<f64>() / xs.len() as f64)).collect();
+            row.join(" · ")
+        };
+        let _ = writeln!(out, "after, EM by family (mean over modes): {}", by_family(|m| &m.families));
+        if after.modes.values().any(|m| !m.family_f1.is_empty()) {
+            let _ = writeln!(out, "after, F1 by family (mean over modes): {}", by_family(|m| &m.family_f1));
+        }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(step: u64, extra: &str) -> Record {
+        let line = format!(
+            r#"{{"kind": "eval", "step": {step}, "em": 0.2, "seconds": 1.0, "modes": {{"gap": {{"em": 0.2, "f1": 0.3,
+               "turns": 2.0, "format_error_rate": 0.1, "answered": 1.0, "tasks": 20,
+               "families": {{"single_hop": 0.4, "multi_objective": 0.0}}{extra}}}}}}}"#
+        );
+        serde_json::from_str(&line).expect("an eval record")
+    }
+
+    #[test]
+    fn the_summary_shows_f1_by_family_where_the_run_recorded_it() {
+        // A run recorded before F1 by family existed still reads, and shows EM by family only.
+        let old = summary(&[eval(0, ""), eval(8, "")]);
+        assert!(old.contains("EM by family (mean over modes): multi_objective 0.00 · single_hop 0.40"), "{old}");
+        assert!(!old.contains("F1 by family"), "{old}");
+
+        let f1 = r#", "family_f1": {"single_hop": 0.5, "multi_objective": 0.375}"#;
+        let new = summary(&[eval(0, f1), eval(8, f1)]);
+        assert!(new.contains("F1 by family (mean over modes): multi_objective 0.38 · single_hop 0.50"), "{new}");
+    }
 }
