@@ -267,7 +267,7 @@ impl Unit for RlUnit {
             groups: sampled.kept.len(),
             dropped: sampled.dropped.len(),
             episodes: episodes.len(),
-            turns: episodes.iter().map(|(e, _)| e.turns() as f64).sum::<f64>() / n,
+            turns: sampled_turns as f64 / n,
             response_tokens: generated as f64 / n,
             peak_tokens: episodes.iter().map(|(e, _)| e.peak_tokens() as f64).sum::<f64>() / n,
             cut_turns: cut_turns as f64 / sampled_turns.max(1) as f64,
