@@ -255,6 +255,9 @@ pub struct Policy {
     state: PolicyState,
     /// Changes whenever the weights may have changed (see [`Policy::weights_id`]).
     weights_id: u64,
+    /// Changes whenever weights that take no gradients may have changed (see
+    /// [`Policy::frozen_id`]).
+    frozen_id: u64,
     /// LoRA adapters, in a var store of their own.
     pub(crate) adapter: Option<Adapter>,
     /// The directory the weights were loaded from.
@@ -315,6 +318,7 @@ impl Policy {
             tokenizer_config,
             state,
             weights_id: next_weights_id(),
+            frozen_id: next_weights_id(),
             adapter: None,
             source: None,
             fused: Mutex::new(None),
@@ -323,6 +327,12 @@ impl Policy {
 
     /// Records that the weights (or what the forward pass applies) changed.
     pub(crate) fn touch(&mut self) {
+        self.frozen_id = next_weights_id();
+        self.touch_trained();
+    }
+
+    /// Records an optimiser's step: only weights that take gradients changed.
+    fn touch_trained(&mut self) {
         self.weights_id = next_weights_id();
         // The copies are stale now: free them until the next generation.
         *self.fused.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
@@ -367,6 +377,8 @@ impl Policy {
         }
         let total = usize::try_from(self.model.spec().layers).unwrap_or(0);
         let lowest = layers.map(|n| lowest_of_top(n, total)).transpose()?;
+        // Weights frozen before may have trained since: rows they computed are not trusted.
+        self.touch();
         for (name, var) in self.vs.variables() {
             let trains = match lowest {
                 None => true,
@@ -576,7 +588,7 @@ impl Policy {
     /// The training state. Trainers record each optimiser step here, so taking it counts as a
     /// change of the weights (see [`Policy::weights_id`]).
     pub fn state_mut(&mut self) -> &mut PolicyState {
-        self.touch();
+        self.touch_trained();
         &mut self.state
     }
 
@@ -587,6 +599,17 @@ impl Policy {
     /// policies of a process share one.
     pub fn weights_id(&self) -> u64 {
         self.weights_id
+    }
+
+    /// An identity of the frozen lowest layers ([`Transformer::frozen_layers`], with the
+    /// embeddings below them) and their count, for rows they computed; `None` when none is
+    /// frozen. A trainer's step ([`Policy::state_mut`]) leaves it as it is, since the optimiser
+    /// holds only weights that take gradients; any other change of the weights or of which of
+    /// them train ([`Policy::var_store_mut`], [`Policy::set_trainable_layers`], adapters)
+    /// replaces it.
+    pub fn frozen_id(&self) -> Option<(u64, usize)> {
+        let layers = self.model.frozen_layers();
+        (layers > 0).then_some((self.frozen_id, layers))
     }
 
     /// The variables, for an optimizer.

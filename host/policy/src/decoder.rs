@@ -745,30 +745,87 @@ impl Transformer {
         input_ids: &Tensor,
         positions: &Tensor,
         mask: &AttentionMask,
+        cache: Option<&mut KvCache>,
+        fused: Option<&FusedWeights>,
+    ) -> Tensor {
+        let x = self.cached_layers(self.embed(input_ids), positions, mask, cache, fused, 0..self.layers.len());
+        self.norm.forward(&x)
+    }
+
+    /// [`Transformer::forward_with`] that also returns the residual stream entering layer
+    /// `boundary` for the new tokens: what [`Transformer::refill_upper`] recomputes the upper
+    /// layers' keys and values from after an update that changed only those layers.
+    pub fn forward_keeping(
+        &self,
+        input_ids: &Tensor,
+        positions: &Tensor,
+        mask: &AttentionMask,
+        cache: &mut KvCache,
+        boundary: usize,
+        fused: Option<&FusedWeights>,
+    ) -> (Tensor, Tensor) {
+        let (layers, boundary) = (self.layers.len(), boundary.min(self.layers.len()));
+        let past = cache.len;
+        let lower = self.cached_layers(self.embed(input_ids), positions, mask, Some(&mut *cache), fused, 0..boundary);
+        // The upper layers append at the same columns.
+        cache.len = past;
+        let upper = self.cached_layers(lower.shallow_clone(), positions, mask, Some(cache), fused, boundary..layers);
+        (self.norm.forward(&upper), lower)
+    }
+
+    /// Writes the keys and values of layers `from..` for the first `hidden.size(1)` columns of a
+    /// one-row `cache`, from `hidden` (`[1, columns, hidden]`), the residual stream entering layer
+    /// `from` at positions `0..columns` ([`Transformer::forward_keeping`]). The lower layers'
+    /// columns are left as they are: rows kept from before an update that trained only the
+    /// layers from `from` up stay exact.
+    pub fn refill_upper(&self, hidden: &Tensor, cache: &mut KvCache, from: usize, fused: Option<&FusedWeights>) {
+        let columns = hidden.size()[1];
+        let positions = Tensor::arange(columns, (Kind::Int64, self.device())).unsqueeze(0);
+        let filled = cache.len;
+        cache.len = 0;
+        let from = from.min(self.layers.len());
+        let _ = self.cached_layers(
+            hidden.shallow_clone(),
+            &positions,
+            &AttentionMask::Causal,
+            Some(&mut *cache),
+            fused,
+            from..self.layers.len(),
+        );
+        cache.len = filled.max(columns);
+    }
+
+    /// Decoder layers `layers` over the residual stream `x`, appending the new tokens' keys and
+    /// values to `cache` (at its filled length, which then grows by the new tokens).
+    fn cached_layers(
+        &self,
+        mut x: Tensor,
+        positions: &Tensor,
+        mask: &AttentionMask,
         mut cache: Option<&mut KvCache>,
         fused: Option<&FusedWeights>,
+        layers: std::ops::Range<usize>,
     ) -> Tensor {
         let rope = self.rotary(positions);
         let past = cache.as_ref().map_or(0, |c| c.len);
         let pass = self.pass();
         // A decode step on the CPU reads the cache through two batched products, not SDPA.
-        let t = input_ids.size()[1];
+        let t = x.size()[1];
         let decode = match &cache {
             Some(c) if t == 1 && self.device() == Device::Cpu => {
                 Some(DecodeKeys::new(mask, past + 1, c.capacity, self.device()))
             }
             _ => None,
         };
-        let mut x = self.embed(input_ids);
-        for (i, block) in self.layers.iter().enumerate() {
+        for i in layers {
             let layer_cache =
                 cache.as_mut().map(|c| LayerCache { buffers: &mut c.layers[i], past, decode: decode.as_ref() });
-            x = block.forward(&x, &rope, mask, layer_cache, pass, fused.map(|f| &f.layers[i]));
+            x = self.layers[i].forward(&x, &rope, mask, layer_cache, pass, fused.map(|f| &f.layers[i]));
         }
         if let Some(cache) = cache {
-            cache.len = past + input_ids.size()[1];
+            cache.len = past + t;
         }
-        self.norm.forward(&x)
+        x
     }
 
     /// The residual stream after the lowest `layers` decoder layers of a causal pass without a

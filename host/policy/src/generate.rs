@@ -249,8 +249,21 @@ impl Policy {
             let shared = shared_prefix(prompts);
             let distinct = prompts.iter().any(|p| p != &prompts[0]);
             if distinct && shared >= SHARED_PREFIX_MIN && cache.longest(&prompts[0][..shared]) < shared - 1 {
-                let once = SamplingParams { max_new_tokens: 1, temperature: 0.0, ..SamplingParams::default() };
-                self.generate_inner(&[prompts[0][..shared].to_vec()], &once, None, None, None, Some(cache), None)?;
+                match self.frozen_id() {
+                    Some(key) => self.prefill_shared(&prompts[0][..shared], key, cache),
+                    None => {
+                        let once = SamplingParams { max_new_tokens: 1, temperature: 0.0, ..SamplingParams::default() };
+                        self.generate_inner(
+                            &[prompts[0][..shared].to_vec()],
+                            &once,
+                            None,
+                            None,
+                            None,
+                            Some(cache),
+                            None,
+                        )?;
+                    }
+                }
             }
         }
         // Tokens each prompt takes from the prefix cache (its cached keys and values).
@@ -527,6 +540,53 @@ impl Policy {
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
         let ids = prompts.iter().map(|p| self.tokenizer().encode(p)).collect::<Result<Vec<_>, _>>()?;
         self.generate(&ids, params, on_token)
+    }
+}
+
+impl Policy {
+    /// Prefills the shared beginning `ids` into `cache` where the lowest `key.1` layers are
+    /// frozen: their rows (and the residual stream above them) come from the longest beginning
+    /// kept across updates, so that only the trained layers run over it; the rest runs whole.
+    /// What it computes is kept for the next update's rollouts.
+    fn prefill_shared(&self, ids: &[i64], key: (u64, usize), cache: &mut PrefixCache) {
+        let _guard = tch::no_grad_guard();
+        let (model, fused) = (self.model(), self.fused_weights());
+        let device = model.device();
+        let (n, boundary) = (ids.len(), key.1);
+        cache.sync_frozen(key);
+        let mut kv = model.new_cache(1, n as i64);
+        let mut streams = Vec::with_capacity(2);
+        let kept = match cache.lookup_frozen(ids) {
+            Some((entry, kept)) => match cache.frozen(entry) {
+                Some((lower, stream)) => {
+                    kv.write_row(0, 0, lower, kept as i64);
+                    let stream = stream.narrow(1, 0, kept as i64);
+                    model.refill_upper(&stream, &mut kv, boundary, Some(&fused));
+                    streams.push(stream);
+                    kept
+                }
+                None => 0,
+            },
+            None => 0,
+        };
+        if kept < n {
+            let new = Tensor::from_slice(&ids[kept..]).view([1, (n - kept) as i64]).to_device(device);
+            let positions = Tensor::arange_start(kept as i64, n as i64, (Kind::Int64, device)).unsqueeze(0);
+            // After kept columns SDPA's causal mask (aligned to the top left) would be wrong.
+            let mask = if kept == 0 {
+                AttentionMask::Causal
+            } else {
+                let valid = Tensor::ones([1, n as i64], (Kind::Int64, device));
+                AttentionMask::with_padding(&valid, kept as i64, (n - kept) as i64)
+            };
+            let (_, stream) = model.forward_keeping(&new, &positions, &mask, &mut kv, boundary, Some(&fused));
+            streams.push(stream);
+        }
+        let rows = kv.row_columns(0, &Tensor::arange(n as i64, (Kind::Int64, device)));
+        let lower =
+            rows[..boundary.min(rows.len())].iter().map(|(k, v)| (k.shallow_clone(), v.shallow_clone())).collect();
+        cache.insert_frozen(ids.to_vec(), lower, Tensor::cat(&streams, 1));
+        cache.insert(ids.to_vec(), rows);
     }
 }
 

@@ -378,6 +378,92 @@ fn a_shared_beginning_is_prefilled_once_for_the_whole_batch() {
     assert_eq!(cache.len(), 4);
 }
 
+/// Four first turns sharing one long system prompt, decoded with `cache` and without it: the
+/// draws must agree. Returns the uncached turns.
+fn first_turns_agree(policy: &toolsmith_policy::Policy, cache: &mut PrefixCache) -> Vec<Generation> {
+    let system = "<|im_start|>system\nYou answer questions with tools. Tools: search(query) finds articles; \
+                  calculator(expression) evaluates arithmetic; units(value, from, to) converts.<|im_end|>\n";
+    let questions = ["Where was Ada born?", "What is 17 * 23?", "How far is 3 miles in km?", "Who wrote it?"];
+    let prompts: Vec<Vec<i64>> = questions
+        .iter()
+        .map(|q| policy.tokenizer().encode(&format!("{system}<|im_start|>user\n{q}<|im_end|>\n")).expect("encode"))
+        .collect();
+    let params = SamplingParams { max_new_tokens: 8, temperature: 1.0, ..SamplingParams::default() };
+    let seeds = [1, 2, 3, 4];
+    let (cached, _) = policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, cache).expect("cached");
+    let (plain, _) = policy.generate_seeded(&prompts, &params, &seeds).expect("plain");
+    for (i, (a, b)) in cached.iter().zip(&plain).enumerate() {
+        assert_eq!(a.output_ids, b.output_ids, "row {i}");
+        for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
+            assert!((x - y).abs() < 1e-4, "row {i}: {x} vs {y}");
+        }
+    }
+    plain
+}
+
+/// Adds noise to `weights` in place, as an optimiser's step would.
+fn nudge(weights: impl IntoIterator<Item = Tensor>) {
+    tch::no_grad(|| {
+        for mut w in weights {
+            let noise = w.randn_like() * 0.05;
+            let _ = w.f_add_(&noise).expect("add");
+        }
+    });
+}
+
+#[test]
+fn frozen_layers_keep_a_shared_beginning_across_updates_of_the_layers_above() {
+    // Only the top layer trains. After a step of the optimiser the shared system prompt's rows
+    // of the frozen layers are reused (only the top layer runs over it) and the draws are those
+    // of decoding without any cache; after a change of a frozen layer nothing stale is reused.
+    let mut policy = common::tiny(6);
+    let layers = policy.layer_count();
+    assert!(layers >= 2, "the tiny model has {layers} layers");
+    policy.set_trainable_layers(Some(1)).expect("top layer");
+    let key = policy.frozen_id().expect("frozen layers");
+    assert_eq!(key.1, layers - 1);
+    let mut cache = PrefixCache::new(64 << 20);
+    let before = first_turns_agree(&policy, &mut cache);
+    assert_eq!(cache.stats().frozen_reused_tokens, 0);
+    let kept = cache.bytes();
+
+    nudge(policy.trained_variables().into_values());
+    policy.state_mut().step += 1;
+    assert_eq!(policy.frozen_id(), Some(key), "a step of the trained layers keeps the frozen ones");
+    let after = first_turns_agree(&policy, &mut cache);
+    let reused = cache.stats().frozen_reused_tokens;
+    assert!(reused >= 32, "the shared beginning's frozen rows were reused: {:?}", cache.stats());
+    // The step moved the draws' probabilities: the reused rows met weights they were not
+    // computed with, and only the trained layer's were recomputed.
+    let moved = before
+        .iter()
+        .zip(&after)
+        .flat_map(|(a, b)| a.logprobs.iter().zip(&b.logprobs))
+        .any(|(x, y)| (x - y).abs() > 1e-3);
+    assert!(moved, "the update changed what the policy draws");
+    // The weights' other rows went; the frozen ones stay through a clear, and go with clear_all.
+    cache.clear();
+    assert!(cache.bytes() > 0 && cache.bytes() < kept, "{} of {kept}", cache.bytes());
+    cache.clear_all();
+    assert_eq!(cache.bytes(), 0);
+    let _ = first_turns_agree(&policy, &mut cache);
+
+    // A frozen layer changes: its rows are recomputed, never served stale.
+    let lowest: Vec<Tensor> = policy
+        .var_store_mut()
+        .variables()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("model.layers.0."))
+        .map(|(_, w)| w)
+        .collect();
+    assert!(!lowest.is_empty());
+    nudge(lowest);
+    assert_ne!(policy.frozen_id(), Some(key));
+    let reused = cache.stats().frozen_reused_tokens;
+    let _ = first_turns_agree(&policy, &mut cache);
+    assert_eq!(cache.stats().frozen_reused_tokens, reused);
+}
+
 #[test]
 fn seeded_sampling_is_reproducible_and_seeds_differ() {
     let policy = common::tiny(3);
