@@ -1121,6 +1121,46 @@ fn gigpo_adds_a_step_advantage_among_turns_from_the_same_state() {
 }
 
 #[test]
+fn rl_with_mini_batches_steps_once_per_mini_batch_and_spans_the_schedule() {
+    use toolsmith_train::metrics::{Record, read};
+    // Two iterations of six episodes, two epochs, cosine to 0: with one mini-batch 4 steps, with
+    // two 8, and the schedule spans all of them (the last step is number 7 of 8, not 3 of 4).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |mini_batches: usize| -> (u64, f64) {
+        let out = dir.path().join(format!("mini-{mini_batches}"));
+        let mut trainer = tiny_rl_with(&out, 2, false, probes::EVEN, |c| {
+            c.eval = None;
+            c.epochs = 2;
+            c.mini_batches = mini_batches;
+            c.min_lr_ratio = 0.0;
+        })
+        .expect("prepare");
+        trainer.run(&mut |_| {}).expect("trains");
+        let steps = trainer.policy().lock().expect("policy").state().step;
+        let last_lr = read(&out.join("metrics.jsonl"))
+            .expect("metrics")
+            .iter()
+            .filter_map(|r| if let Record::Iteration(m) = r { Some(m.lr) } else { None })
+            .last()
+            .expect("an iteration");
+        (steps, last_lr)
+    };
+    let cosine = |step: f64, total: f64| 1e-3 * 0.5 * (1.0 + (std::f64::consts::PI * step / total).cos());
+    let (steps, lr) = run(1);
+    assert_eq!(steps, 4);
+    assert!((lr - cosine(3.0, 4.0)).abs() < 1e-12, "{lr}");
+    let (steps, lr) = run(2);
+    assert_eq!(steps, 8);
+    assert!((lr - cosine(7.0, 8.0)).abs() < 1e-12, "{lr}");
+    // Zero mini-batches cannot train.
+    let err = tiny_rl_with(&dir.path().join("none"), 1, false, probes::EVEN, |c| c.mini_batches = 0)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("mini_batches"), "{err}");
+}
+
+#[test]
 fn rl_with_trainable_layers_moves_only_the_top_layers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");

@@ -167,7 +167,7 @@ impl RlTrainer {
             }
             None => None,
         };
-        let updates = config.iterations * config.epochs as u64;
+        let updates = config.iterations * (config.epochs * config.mini_batches) as u64;
         let setup = Setup {
             config: &config,
             seed: config.seed,

@@ -36,11 +36,11 @@ pub(super) struct Example {
 /// What an update did.
 #[derive(Debug, Default)]
 pub(super) struct UpdateOutcome {
-    /// The surrogate loss of the last epoch.
+    /// The surrogate loss of the last epoch (the mean over its mini-batches' steps).
     pub(super) loss: f64,
-    /// Gradient norm before clipping, last epoch.
+    /// Gradient norm before clipping, last epoch (the mean over its steps).
     pub(super) grad_norm: f64,
-    /// Learning rate of the last epoch.
+    /// Learning rate of the last step.
     pub(super) lr: f64,
     /// The last epoch's loss statistics (KL, clip fraction, sampler KL): after the earlier
     /// epochs' steps, so they show how far those moved the policy.
@@ -164,83 +164,117 @@ impl RlUnit {
         Ok(())
     }
 
-    /// `epochs` optimiser steps on the examples, in the order given ([`longest_first`], as they
-    /// were scored).
+    /// `epochs` passes over the examples, each one optimiser step per mini-batch
+    /// (`deal`), the examples in the order given ([`longest_first`], as they were scored).
     pub(super) fn update(&self, core: &mut Core, examples: &[Example]) -> Result<UpdateOutcome, TrainError> {
         let c = &self.config;
         let iteration = core.state().step;
-        let sequences: Vec<TokenSequence> = examples.iter().map(|e| e.sequence.tokens.clone()).collect();
-        let trained: Vec<usize> =
-            sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).collect();
-        let episodes: Vec<usize> = examples.iter().map(|e| e.episode).collect();
-        let weights = token_weights(&trained, &episodes, c.loss.aggregation, c.max_tokens * c.max_turns);
-        let mut outcome = UpdateOutcome { lr: core.schedule().lr(iteration * c.epochs as u64), ..Default::default() };
-        if sequences.is_empty() {
+        let steps_per_epoch = c.mini_batches as u64;
+        let step_index =
+            |epoch: usize, part: usize| (iteration * c.epochs as u64 + epoch as u64) * steps_per_epoch + part as u64;
+        let mut outcome = UpdateOutcome { lr: core.schedule().lr(step_index(0, 0)), ..Default::default() };
+        if examples.is_empty() {
             return Ok(outcome);
         }
+        let parts = deal(examples, |e| e.episode, c.mini_batches);
         // The frozen lower layers' output is computed in the first epoch and reused by the others.
-        let mut frozen = FrozenActivations::default();
+        let mut frozen: Vec<FrozenActivations> = parts.iter().map(|_| FrozenActivations::default()).collect();
         for epoch in 0..c.epochs {
-            outcome.lr = core.schedule().lr(iteration * c.epochs as u64 + epoch as u64);
-            core.optimizer_mut().zero_grad();
-            let (mut stats, mut entropy_sum, mut failure) = (LossStats::default(), 0.0, None);
-            let options =
-                ScoreOptions::at(c.temperature).with_entropy(epoch == 0).recomputing(c.gradient_checkpointing);
-            let loss = {
-                let policy = core.lock();
-                policy.accumulate_gradients_reusing(
-                    &sequences,
-                    c.micro_batch_tokens,
-                    &options,
-                    &mut frozen,
-                    |scores, range| {
-                        let t = scores.logprobs.size()[1];
-                        let device = scores.logprobs.device();
-                        let part = &examples[range.clone()];
-                        let rows =
-                            |pick: fn(&Example) -> &[f64]| padded_rows(part.iter().map(pick), t).to_device(device);
-                        let old = rows(|e| &e.old);
-                        let adv = rows(|e| &e.advantages);
-                        let reference =
-                            part[0].reference.is_some().then(|| rows(|e| e.reference.as_deref().unwrap_or_default()));
-                        let importance =
-                            part[0].importance.is_some().then(|| rows(|e| e.importance.as_deref().unwrap_or_default()));
-                        // One weight per sequence, broadcast over its tokens.
-                        let w = Tensor::from_slice(&weights[range.clone()])
-                            .to_kind(Kind::Float)
-                            .view([-1, 1])
-                            .to_device(device);
-                        let inputs = LossInputs {
-                            mask: &scores.mask,
-                            old_logprobs: &old,
-                            ref_logprobs: reference.as_ref(),
-                            advantages: &adv,
-                            weights: &w,
-                            importance: importance.as_ref(),
-                        };
-                        let (loss, s) = policy_loss(&scores.logprobs, &inputs, &c.loss);
-                        stats.add(&s);
-                        if let Some(e) = &scores.entropy {
-                            entropy_sum += (e.detach() * &scores.mask).sum(Kind::Float).double_value(&[]);
-                        }
-                        if !s.policy.is_finite() && failure.is_none() {
-                            failure = Some(s.policy);
-                        }
-                        loss
-                    },
-                )?
-            };
-            outcome.grad_norm = core.apply(failure.unwrap_or(loss), c.max_grad_norm, outcome.lr)?;
-            outcome.loss = loss;
+            let (mut stats, mut entropy_sum, mut losses, mut norms) =
+                (LossStats::default(), 0.0, Vec::new(), Vec::new());
+            for (part, (chosen, frozen)) in parts.iter().zip(&mut frozen).enumerate() {
+                if chosen.is_empty() {
+                    continue;
+                }
+                let lr = core.schedule().lr(step_index(epoch, part));
+                let (loss, grad_norm) = self.step(core, chosen, epoch, frozen, lr, &mut stats, &mut entropy_sum)?;
+                outcome.lr = lr;
+                losses.push(loss);
+                norms.push(grad_norm);
+            }
+            let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+            outcome.loss = mean(&losses);
+            outcome.grad_norm = mean(&norms);
             // Entropy is scored in the first epoch only (it does not move much within an
             // update); the loss stats are the last epoch's, where the ratios show how far the
-            // earlier epochs moved the policy (the first epoch's are the sampler's up to rounding).
+            // earlier steps moved the policy (the first step's are the sampler's up to rounding).
             if epoch == 0 {
                 outcome.entropy = entropy_sum / stats.tokens.max(1.0);
             }
             outcome.stats = stats;
         }
         Ok(outcome)
+    }
+
+    /// One optimiser step on the examples `chosen` (one mini-batch, its own token weights);
+    /// adds their loss statistics and entropy to `stats` and `entropy_sum`. Returns the loss and
+    /// the gradient norm before clipping.
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &self,
+        core: &mut Core,
+        chosen: &[&Example],
+        epoch: usize,
+        frozen: &mut FrozenActivations,
+        lr: f64,
+        stats: &mut LossStats,
+        entropy_sum: &mut f64,
+    ) -> Result<(f64, f64), TrainError> {
+        let c = &self.config;
+        let sequences: Vec<TokenSequence> = chosen.iter().map(|e| e.sequence.tokens.clone()).collect();
+        let trained: Vec<usize> =
+            sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).collect();
+        let episodes: Vec<usize> = chosen.iter().map(|e| e.episode).collect();
+        let weights = token_weights(&trained, &episodes, c.loss.aggregation, c.max_tokens * c.max_turns);
+        core.optimizer_mut().zero_grad();
+        let mut failure = None;
+        let options = ScoreOptions::at(c.temperature).with_entropy(epoch == 0).recomputing(c.gradient_checkpointing);
+        let loss = {
+            let policy = core.lock();
+            policy.accumulate_gradients_reusing(
+                &sequences,
+                c.micro_batch_tokens,
+                &options,
+                frozen,
+                |scores, range| {
+                    let t = scores.logprobs.size()[1];
+                    let device = scores.logprobs.device();
+                    let part = &chosen[range.clone()];
+                    let rows =
+                        |pick: fn(&Example) -> &[f64]| padded_rows(part.iter().map(|e| pick(e)), t).to_device(device);
+                    let old = rows(|e| &e.old);
+                    let adv = rows(|e| &e.advantages);
+                    let reference =
+                        part[0].reference.is_some().then(|| rows(|e| e.reference.as_deref().unwrap_or_default()));
+                    let importance =
+                        part[0].importance.is_some().then(|| rows(|e| e.importance.as_deref().unwrap_or_default()));
+                    // One weight per sequence, broadcast over its tokens.
+                    let w = Tensor::from_slice(&weights[range.clone()])
+                        .to_kind(Kind::Float)
+                        .view([-1, 1])
+                        .to_device(device);
+                    let inputs = LossInputs {
+                        mask: &scores.mask,
+                        old_logprobs: &old,
+                        ref_logprobs: reference.as_ref(),
+                        advantages: &adv,
+                        weights: &w,
+                        importance: importance.as_ref(),
+                    };
+                    let (loss, s) = policy_loss(&scores.logprobs, &inputs, &c.loss);
+                    stats.add(&s);
+                    if let Some(e) = &scores.entropy {
+                        *entropy_sum += (e.detach() * &scores.mask).sum(Kind::Float).double_value(&[]);
+                    }
+                    if !s.policy.is_finite() && failure.is_none() {
+                        failure = Some(s.policy);
+                    }
+                    loss
+                },
+            )?
+        };
+        let grad_norm = core.apply(failure.unwrap_or(loss), c.max_grad_norm, lr)?;
+        Ok((loss, grad_norm))
     }
 
     /// Gives the external engine the current weights (when configured to): saved to
@@ -277,6 +311,18 @@ pub(super) fn longest_first(examples: &mut [Example]) {
     examples.sort_by_key(|e| std::cmp::Reverse(e.sequence.tokens.ids.len()));
 }
 
+/// Deals the examples into `parts` mini-batches by episode (episode `e` goes to part
+/// `e % parts`), so that an episode's sequences train together and each part keeps the order
+/// given (longest first, for micro-batching). Parts may be empty when there are fewer episodes.
+fn deal<T>(examples: &[T], episode: impl Fn(&T) -> usize, parts: usize) -> Vec<Vec<&T>> {
+    let parts = parts.max(1);
+    let mut dealt: Vec<Vec<&T>> = (0..parts).map(|_| Vec::new()).collect();
+    for e in examples {
+        dealt[episode(e) % parts].push(e);
+    }
+    dealt
+}
+
 /// Every example's log-probs under `policy` (no gradients), position by position.
 fn score_all(
     policy: &Policy,
@@ -294,4 +340,23 @@ fn score_all(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deal;
+
+    #[test]
+    fn mini_batches_take_whole_episodes_in_the_order_given() {
+        // Sequences as (episode, length), longest first; episode 4 has two sequences.
+        let examples = [(4, 90), (1, 80), (4, 70), (0, 60), (3, 50), (2, 40)];
+        let parts = deal(&examples, |e| e.0, 2);
+        assert_eq!(parts[0], vec![&(4, 90), &(4, 70), &(0, 60), &(2, 40)]);
+        assert_eq!(parts[1], vec![&(1, 80), &(3, 50)]);
+        // One part is the whole batch; more parts than episodes leave some empty.
+        assert_eq!(deal(&examples, |e| e.0, 1)[0].len(), 6);
+        let many = deal(&examples, |e| e.0, 8);
+        assert_eq!(many.iter().filter(|p| p.is_empty()).count(), 3);
+        assert_eq!(many.iter().map(Vec::len).sum::<usize>(), 6);
+    }
 }
