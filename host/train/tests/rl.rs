@@ -1141,7 +1141,7 @@ fn rl_with_mini_batches_steps_once_per_mini_batch_and_spans_the_schedule() {
             .expect("metrics")
             .iter()
             .filter_map(|r| if let Record::Iteration(m) = r { Some(m.lr) } else { None })
-            .last()
+            .next_back()
             .expect("an iteration");
         (steps, last_lr)
     };
@@ -1153,10 +1153,10 @@ fn rl_with_mini_batches_steps_once_per_mini_batch_and_spans_the_schedule() {
     assert_eq!(steps, 8);
     assert!((lr - cosine(7.0, 8.0)).abs() < 1e-12, "{lr}");
     // Zero mini-batches cannot train.
-    let err = tiny_rl_with(&dir.path().join("none"), 1, false, probes::EVEN, |c| c.mini_batches = 0)
-        .err()
-        .expect("refused")
-        .to_string();
+    let err = match tiny_rl_with(&dir.path().join("none"), 1, false, probes::EVEN, |c| c.mini_batches = 0) {
+        Ok(_) => panic!("zero mini-batches were accepted"),
+        Err(e) => e.to_string(),
+    };
     assert!(err.contains("mini_batches"), "{err}");
 }
 
