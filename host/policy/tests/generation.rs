@@ -349,27 +349,18 @@ fn rows_with_very_different_new_tokens_prefill_one_by_one_and_change_no_draw() {
     assert_eq!(cached[2].output_ids, cached[4].output_ids);
 }
 
+/// One environment's system prompt, long enough for a batch's rows to share.
+const SYSTEM: &str = "<|im_start|>system\nYou answer questions with tools. Tools: search(query) finds articles; \
+                      calculator(expression) evaluates arithmetic; units(value, from, to) converts.<|im_end|>\n";
+
 #[test]
 fn a_shared_beginning_is_prefilled_once_for_the_whole_batch() {
     // Four first turns of one environment: a long system prompt, then each its own question.
     let policy = common::tiny(5);
-    let system = "<|im_start|>system\nYou answer questions with tools. Tools: search(query) finds articles; \
-                  calculator(expression) evaluates arithmetic; units(value, from, to) converts.<|im_end|>\n";
-    let questions = ["Where was Ada born?", "What is 17 * 23?", "How far is 3 miles in km?", "Who wrote it?"];
-    let prompts: Vec<Vec<i64>> = questions
-        .iter()
-        .map(|q| policy.tokenizer().encode(&format!("{system}<|im_start|>user\n{q}<|im_end|>\n")).expect("encode"))
-        .collect();
-    let shared = policy.tokenizer().encode(system).expect("encode").len();
+    let shared = policy.tokenizer().encode(SYSTEM).expect("encode").len();
     assert!(shared >= 32, "the system prompt is long enough to share: {shared}");
-    let params = SamplingParams { max_new_tokens: 8, temperature: 1.0, ..SamplingParams::default() };
-    let seeds = [1, 2, 3, 4];
     let mut cache = PrefixCache::new(64 << 20);
-    let (cached, _) = policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, &mut cache).expect("cached");
-    let (plain, _) = policy.generate_seeded(&prompts, &params, &seeds).expect("plain");
-    for (i, (a, b)) in cached.iter().zip(&plain).enumerate() {
-        assert_eq!(a.output_ids, b.output_ids, "row {i}");
-    }
+    first_turns_agree(&policy, &mut cache);
     // The beginning was computed once (one lookup for it, then every row reused it).
     let stats = cache.stats();
     assert_eq!(stats.hits, 4, "{stats:?}");
@@ -381,12 +372,10 @@ fn a_shared_beginning_is_prefilled_once_for_the_whole_batch() {
 /// Four first turns sharing one long system prompt, decoded with `cache` and without it: the
 /// draws must agree. Returns the uncached turns.
 fn first_turns_agree(policy: &toolsmith_policy::Policy, cache: &mut PrefixCache) -> Vec<Generation> {
-    let system = "<|im_start|>system\nYou answer questions with tools. Tools: search(query) finds articles; \
-                  calculator(expression) evaluates arithmetic; units(value, from, to) converts.<|im_end|>\n";
     let questions = ["Where was Ada born?", "What is 17 * 23?", "How far is 3 miles in km?", "Who wrote it?"];
     let prompts: Vec<Vec<i64>> = questions
         .iter()
-        .map(|q| policy.tokenizer().encode(&format!("{system}<|im_start|>user\n{q}<|im_end|>\n")).expect("encode"))
+        .map(|q| policy.tokenizer().encode(&format!("{SYSTEM}<|im_start|>user\n{q}<|im_end|>\n")).expect("encode"))
         .collect();
     let params = SamplingParams { max_new_tokens: 8, temperature: 1.0, ..SamplingParams::default() };
     let seeds = [1, 2, 3, 4];

@@ -16,36 +16,18 @@
 
 #[path = "../../policy/tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use toolsmith_agent::Mode;
-use toolsmith_agent::env::Corpus;
-use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_policy::score::micro_batches;
 use toolsmith_policy::tch::{self, Kind, Tensor};
 use toolsmith_policy::{FrozenActivations, ScoreOptions, TokenSequence};
-use toolsmith_train::config::{DataConfig, SftConfig, WorldsData};
 use toolsmith_train::optim::AdamW;
 use toolsmith_train::rl::loss::{Aggregation, LossConfig, LossInputs, policy_loss, token_weights};
 use toolsmith_train::sft;
-
-fn arg(name: &str, default: usize) -> usize {
-    text(name).map_or(default, |v| v.parse().expect("a number"))
-}
-
-fn text(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.windows(2).find(|w| w[0] == name).map(|w| w[1].clone())
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
 
 /// Rows of per-token values, right-padded with 0 to `t`.
 fn rows(values: &[&[f64]], t: i64) -> Tensor {
@@ -65,41 +47,17 @@ fn advantage(i: usize) -> f64 {
 }
 
 fn main() {
-    let (threads, steps, rounds, epochs) =
-        (arg("--threads", 1), arg("--steps", 4) as u64, arg("--rounds", 2), arg("--epochs", 2));
+    let (threads, steps, rounds, epochs) = (
+        support::arg("--threads", 1),
+        support::arg("--steps", 4) as u64,
+        support::arg("--rounds", 2),
+        support::arg("--epochs", 2),
+    );
     let python = common::reference_python();
     let script = common::repo_root().join("host/train/benches/rl_update_reference.py");
-    let tools = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
-    let defaults = SftConfig::default();
-    let lora = text("--lora-rank").map(|r| {
-        let rank: i64 = r.parse().expect("a rank");
-        toolsmith_policy::LoraConfig { rank, alpha: 2.0 * rank as f64, dropout: 0.0, ..Default::default() }
-    });
-    let config = SftConfig {
-        data: DataConfig {
-            files: Vec::new(),
-            worlds: WorldsData {
-                seeds: vec![1],
-                countries: 6,
-                tasks_per_family: 4,
-                styles: Mode::ALL.to_vec(),
-                ..WorldsData::default()
-            },
-            ..DataConfig::default()
-        },
-        init: text("--init").unwrap_or(defaults.init.clone()),
-        precision: text("--precision").unwrap_or_else(|| "f32".into()),
-        trainable_layers: text("--trainable-layers").map(|n| n.parse().expect("a layer count")),
-        lora: lora.clone(),
-        batch_tokens: arg("--batch-tokens", defaults.batch_tokens),
-        micro_batch_tokens: arg("--micro-batch-tokens", defaults.micro_batch_tokens),
-        steps: Some(steps),
-        device: "cpu".into(),
-        threads,
-        eval: None,
-        checkpoint_every: steps,
-        ..defaults
-    };
+    let lora = support::lora();
+    let config = support::sft_config(steps, threads);
+    assert_eq!(config.device, "cpu", "the RL update bench runs on the CPU");
     let loss = LossConfig::default();
     println!(
         "RL update, {} ({}, trainable_layers {:?}, lora rank {:?}), {threads} thread(s), {steps} steps of {} tokens, {epochs} epochs, {rounds} rounds",
@@ -112,7 +70,7 @@ fn main() {
     let (mut ours, mut theirs, mut max_diff) = (Vec::new(), Vec::new(), 0.0_f64);
     for round in 0..rounds {
         let dir = tempfile::tempdir().expect("tempdir");
-        let trainer = sft::prepare(config.clone(), &dir.path().join("run"), false, &tools).expect("prepare");
+        let trainer = sft::prepare(config.clone(), &dir.path().join("run"), false, &support::tools).expect("prepare");
         let (init, adapter) = (dir.path().join("init"), dir.path().join("adapter"));
         let (shared, schedule) = (trainer.policy(), trainer.schedule());
         let batches: Vec<Vec<TokenSequence>> = trainer
@@ -225,7 +183,7 @@ fn main() {
         for (a, b) in last_losses.iter().zip(&ref_losses) {
             max_diff = max_diff.max((a - b).abs());
         }
-        let (a, b) = (median(rates[1..].to_vec()), median(ref_rates[1..].to_vec()));
+        let (a, b) = (support::median(rates[1..].to_vec()), support::median(ref_rates[1..].to_vec()));
         let their_rss = reference["peak_rss_kib"].as_f64().unwrap_or(f64::NAN) / 1024.0;
         println!(
             "round {}: ours {a:.0} tokens/s, PyTorch {b:.0} tokens/s, ratio {:.2}; peak RSS ours {our_rss:.0} MiB (this process), PyTorch {their_rss:.0} MiB; last-epoch losses ours {:?}, PyTorch {:?}",
@@ -237,7 +195,7 @@ fn main() {
         ours.push(a);
         theirs.push(b);
     }
-    let (a, b) = (median(ours), median(theirs));
+    let (a, b) = (support::median(ours), support::median(theirs));
     println!();
     println!("| threads | toolsmith RL update | PyTorch update loop | ratio | max abs loss difference |");
     println!("|---:|---:|---:|---:|---:|");

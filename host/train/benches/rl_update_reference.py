@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sft_reference import freeze_below, with_lora  # noqa: E402
+from sft_reference import adamw, freeze_below, with_lora  # noqa: E402
 
 
 def main():
@@ -38,13 +38,7 @@ def main():
         model = with_lora(model, lora)
     model.train()
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in trainable if p.dim() >= 2]
-    rest = [p for p in trainable if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],
-        lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], foreach=False,
-    )
+    trainable, opt = adamw(model, cfg)
     pad, low, high = plan["pad_id"], cfg["clip_low"], cfg["clip_high"]
 
     def logprobs(batch):

@@ -16,69 +16,22 @@
 
 #[path = "../../policy/tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::process::Command;
-use std::sync::Arc;
 
 use serde_json::{Value, json};
-use toolsmith_agent::Mode;
-use toolsmith_agent::env::Corpus;
-use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_policy::score::micro_batches;
-use toolsmith_train::config::{DataConfig, SftConfig, WorldsData};
 use toolsmith_train::metrics::{Record, read};
 use toolsmith_train::sft;
 
-fn arg(name: &str, default: usize) -> usize {
-    text(name).map_or(default, |v| v.parse().expect("a number"))
-}
-
-fn text(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.windows(2).find(|w| w[0] == name).map(|w| w[1].clone())
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
-
 fn main() {
-    let (threads, steps, rounds) = (arg("--threads", 1), arg("--steps", 12) as u64, arg("--rounds", 3));
+    let (threads, steps, rounds) =
+        (support::arg("--threads", 1), support::arg("--steps", 12) as u64, support::arg("--rounds", 3));
     let python = common::reference_python();
     let script = common::repo_root().join("host/train/benches/sft_reference.py");
-    let tools = |corpus: Arc<Corpus>| -> Arc<dyn Executor> { Arc::new(LocalTools::new().with_corpus(corpus)) };
-    let defaults = SftConfig::default();
-    let lora = text("--lora-rank").map(|r| {
-        let rank: i64 = r.parse().expect("a rank");
-        toolsmith_policy::LoraConfig { rank, alpha: 2.0 * rank as f64, dropout: 0.0, ..Default::default() }
-    });
-    let config = SftConfig {
-        data: DataConfig {
-            files: Vec::new(),
-            worlds: WorldsData {
-                seeds: vec![1],
-                countries: 6,
-                tasks_per_family: 4,
-                styles: Mode::ALL.to_vec(),
-                ..WorldsData::default()
-            },
-            ..DataConfig::default()
-        },
-        init: text("--init").unwrap_or(defaults.init.clone()),
-        precision: text("--precision").unwrap_or_else(|| "f32".into()),
-        trainable_layers: text("--trainable-layers").map(|n| n.parse().expect("a layer count")),
-        gradient_checkpointing: std::env::args().any(|a| a == "--gradient-checkpointing"),
-        lora: lora.clone(),
-        batch_tokens: arg("--batch-tokens", defaults.batch_tokens),
-        micro_batch_tokens: arg("--micro-batch-tokens", defaults.micro_batch_tokens),
-        steps: Some(steps),
-        device: text("--device").unwrap_or_else(|| "cpu".into()),
-        threads,
-        eval: None,
-        checkpoint_every: steps,
-        ..defaults
-    };
+    let lora = support::lora();
+    let config = support::sft_config(steps, threads);
     println!(
         "SFT step loop, {} on {} ({}, trainable_layers {:?}, gradient checkpointing {}, lora rank {:?}), {threads} thread(s), {steps} steps of {} tokens, {rounds} rounds",
         config.init,
@@ -92,7 +45,8 @@ fn main() {
     let (mut ours, mut theirs, mut max_diff) = (Vec::new(), Vec::new(), 0.0_f64);
     for round in 0..rounds {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut trainer = sft::prepare(config.clone(), &dir.path().join("run"), false, &tools).expect("prepare");
+        let mut trainer =
+            sft::prepare(config.clone(), &dir.path().join("run"), false, &support::tools).expect("prepare");
         let init = dir.path().join("init");
         let adapter = dir.path().join("adapter");
         {
@@ -159,7 +113,8 @@ fn main() {
         for ((a, _), b) in steps_ours.iter().zip(&ref_losses) {
             max_diff = max_diff.max((a - b).abs());
         }
-        let (a, b) = (median(steps_ours[1..].iter().map(|s| s.1).collect()), median(ref_rates[1..].to_vec()));
+        let (a, b) =
+            (support::median(steps_ours[1..].iter().map(|s| s.1).collect()), support::median(ref_rates[1..].to_vec()));
         let their_rss = reference["peak_rss_kib"].as_f64().unwrap_or(f64::NAN) / 1024.0;
         println!(
             "round {}: ours {a:.0} tokens/s, PyTorch {b:.0} tokens/s, ratio {:.2}; peak RSS ours {our_rss:.0} MiB (this process), PyTorch {their_rss:.0} MiB; losses ours {:?}, PyTorch {:?}",
@@ -171,7 +126,7 @@ fn main() {
         ours.push(a);
         theirs.push(b);
     }
-    let (a, b) = (median(ours), median(theirs));
+    let (a, b) = (support::median(ours), support::median(theirs));
     println!();
     println!("| threads | toolsmith train sft | PyTorch AdamW loop | ratio | max abs loss difference |");
     println!("|---:|---:|---:|---:|---:|");

@@ -54,6 +54,18 @@ def with_lora(model, lora):
     return get_peft_model(model, config)
 
 
+def adamw(model, cfg):
+    """The trained parameters and AdamW over them, decaying matrices only (as the trainer does)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() >= 2]
+    rest = [p for p in trainable if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],
+        lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], foreach=False,
+    )
+    return trainable, opt
+
+
 def main():
     ckpt, plan_path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
     device = torch.device(sys.argv[4] if len(sys.argv) > 4 else "cpu")
@@ -78,13 +90,7 @@ def main():
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in trainable if p.dim() >= 2]
-    rest = [p for p in trainable if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],
-        lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], foreach=False,
-    )
+    trainable, opt = adamw(model, cfg)
     pad = plan["pad_id"]
     losses, rates = [], []
     for step in plan["steps"]:
