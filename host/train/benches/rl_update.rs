@@ -18,7 +18,6 @@
 mod common;
 mod support;
 
-use std::process::Command;
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -53,7 +52,6 @@ fn main() {
         support::arg("--rounds", 2),
         support::arg("--epochs", 2),
     );
-    let python = common::reference_python();
     let script = common::repo_root().join("host/train/benches/rl_update_reference.py");
     let lora = support::lora();
     let config = support::sft_config(steps, threads);
@@ -153,38 +151,18 @@ fn main() {
         drop(policy);
         let our_rss = common::peak_rss_mib();
         let pad = shared.lock().expect("policy").tokenizer().pad_id();
-        let o = config.optimizer;
-        let lora_json = lora.as_ref().map(|l| {
-            json!({"rank": l.rank, "alpha": l.alpha, "dropout": l.dropout,
-                   "target_modules": l.normalized().expect("valid").target_modules, "adapter": adapter})
-        });
-        let plan = json!({
-            "pad_id": pad,
-            "config": {"lr": config.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
-                       "weight_decay": o.weight_decay, "max_grad_norm": config.max_grad_norm,
-                       "precision": config.precision, "trainable_layers": config.trainable_layers,
-                       "lora": lora_json, "epochs": epochs, "clip_low": loss.clip_low, "clip_high": loss.clip_high},
-            "steps": plan,
-        });
+        let mut settings = support::reference_settings(&config, &adapter);
+        settings["epochs"] = json!(epochs);
+        settings["clip_low"] = json!(loss.clip_low);
+        settings["clip_high"] = json!(loss.clip_high);
+        let plan = json!({"pad_id": pad, "config": settings, "steps": plan});
         let plan_path = dir.path().join("plan.json");
         std::fs::write(&plan_path, plan.to_string()).expect("plan");
-        let out = Command::new(&python)
-            .arg(&script)
-            .arg(&init)
-            .arg(&plan_path)
-            .arg(threads.to_string())
-            .env("OMP_NUM_THREADS", threads.to_string())
-            .output()
-            .expect("run the reference");
-        assert!(out.status.success(), "reference failed: {}", String::from_utf8_lossy(&out.stderr));
-        let reference: Value = serde_json::from_slice(&out.stdout).expect("reference JSON");
-        let ref_losses: Vec<f64> = serde_json::from_value(reference["losses"].clone()).expect("losses");
-        let ref_rates: Vec<f64> = serde_json::from_value(reference["tokens_per_sec"].clone()).expect("rates");
+        let (ref_losses, ref_rates, their_rss) = support::run_reference(&script, &init, &plan_path, threads, &[]);
         for (a, b) in last_losses.iter().zip(&ref_losses) {
             max_diff = max_diff.max((a - b).abs());
         }
         let (a, b) = (support::median(rates[1..].to_vec()), support::median(ref_rates[1..].to_vec()));
-        let their_rss = reference["peak_rss_kib"].as_f64().unwrap_or(f64::NAN) / 1024.0;
         println!(
             "round {}: ours {a:.0} tokens/s, PyTorch {b:.0} tokens/s, ratio {:.2}; peak RSS ours {our_rss:.0} MiB (this process), PyTorch {their_rss:.0} MiB; last-epoch losses ours {:?}, PyTorch {:?}",
             round + 1,

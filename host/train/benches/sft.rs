@@ -18,8 +18,6 @@
 mod common;
 mod support;
 
-use std::process::Command;
-
 use serde_json::{Value, json};
 use toolsmith_policy::score::micro_batches;
 use toolsmith_train::metrics::{Record, read};
@@ -28,7 +26,6 @@ use toolsmith_train::sft;
 fn main() {
     let (threads, steps, rounds) =
         (support::arg("--threads", 1), support::arg("--steps", 12) as u64, support::arg("--rounds", 3));
-    let python = common::reference_python();
     let script = common::repo_root().join("host/train/benches/sft_reference.py");
     let lora = support::lora();
     let config = support::sft_config(steps, threads);
@@ -75,19 +72,7 @@ fn main() {
             })
             .collect();
         let pad = trainer.policy().lock().expect("policy").tokenizer().pad_id();
-        let o = config.optimizer;
-        let lora_json = lora.as_ref().map(|l| {
-            json!({"rank": l.rank, "alpha": l.alpha, "dropout": l.dropout,
-                   "target_modules": l.normalized().expect("valid").target_modules, "adapter": adapter})
-        });
-        let plan = json!({
-            "pad_id": pad,
-            "config": {"lr": config.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
-                       "weight_decay": o.weight_decay, "max_grad_norm": config.max_grad_norm,
-                       "precision": config.precision, "trainable_layers": config.trainable_layers,
-                       "gradient_checkpointing": config.gradient_checkpointing, "lora": lora_json},
-            "steps": plan,
-        });
+        let plan = json!({"pad_id": pad, "config": support::reference_settings(&config, &adapter), "steps": plan});
         let plan_path = dir.path().join("plan.json");
         std::fs::write(&plan_path, plan.to_string()).expect("plan");
         trainer.run(&mut |_| {}).expect("trains");
@@ -97,25 +82,13 @@ fn main() {
             .iter()
             .filter_map(|r| if let Record::Train(s) = r { Some((s.loss, s.tokens_per_sec)) } else { None })
             .collect();
-        let out = Command::new(&python)
-            .arg(&script)
-            .arg(&init)
-            .arg(&plan_path)
-            .arg(threads.to_string())
-            .arg(&config.device)
-            .env("OMP_NUM_THREADS", threads.to_string())
-            .output()
-            .expect("run the reference");
-        assert!(out.status.success(), "reference failed: {}", String::from_utf8_lossy(&out.stderr));
-        let reference: Value = serde_json::from_slice(&out.stdout).expect("reference JSON");
-        let ref_losses: Vec<f64> = serde_json::from_value(reference["losses"].clone()).expect("losses");
-        let ref_rates: Vec<f64> = serde_json::from_value(reference["tokens_per_sec"].clone()).expect("rates");
+        let (ref_losses, ref_rates, their_rss) =
+            support::run_reference(&script, &init, &plan_path, threads, &[config.device.as_str()]);
         for ((a, _), b) in steps_ours.iter().zip(&ref_losses) {
             max_diff = max_diff.max((a - b).abs());
         }
         let (a, b) =
             (support::median(steps_ours[1..].iter().map(|s| s.1).collect()), support::median(ref_rates[1..].to_vec()));
-        let their_rss = reference["peak_rss_kib"].as_f64().unwrap_or(f64::NAN) / 1024.0;
         println!(
             "round {}: ours {a:.0} tokens/s, PyTorch {b:.0} tokens/s, ratio {:.2}; peak RSS ours {our_rss:.0} MiB (this process), PyTorch {their_rss:.0} MiB; losses ours {:?}, PyTorch {:?}",
             round + 1,

@@ -69,3 +69,42 @@ pub fn sft_config(steps: u64, threads: usize) -> SftConfig {
         ..defaults
     }
 }
+
+/// The settings a reference script reads from its plan's "config": the optimiser's, the
+/// precision, which layers train, and the adapter both sides start from (in PEFT's layout).
+pub fn reference_settings(config: &SftConfig, adapter: &std::path::Path) -> serde_json::Value {
+    let o = config.optimizer;
+    let lora = config.lora.as_ref().map(|l| {
+        serde_json::json!({"rank": l.rank, "alpha": l.alpha, "dropout": l.dropout,
+               "target_modules": l.normalized().expect("valid").target_modules, "adapter": adapter})
+    });
+    serde_json::json!({"lr": config.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
+        "weight_decay": o.weight_decay, "max_grad_norm": config.max_grad_norm,
+        "precision": config.precision, "trainable_layers": config.trainable_layers,
+        "gradient_checkpointing": config.gradient_checkpointing, "lora": lora})
+}
+
+/// Runs a reference script (`python script init plan threads [extra]`) at `threads` threads and
+/// returns its JSON: its losses, tokens/s per step and peak RSS in MiB.
+pub fn run_reference(
+    script: &std::path::Path,
+    init: &std::path::Path,
+    plan: &std::path::Path,
+    threads: usize,
+    extra: &[&str],
+) -> (Vec<f64>, Vec<f64>, f64) {
+    let out = std::process::Command::new(crate::common::reference_python())
+        .arg(script)
+        .arg(init)
+        .arg(plan)
+        .arg(threads.to_string())
+        .args(extra)
+        .env("OMP_NUM_THREADS", threads.to_string())
+        .output()
+        .expect("run the reference");
+    assert!(out.status.success(), "reference failed: {}", String::from_utf8_lossy(&out.stderr));
+    let reference: serde_json::Value = serde_json::from_slice(&out.stdout).expect("reference JSON");
+    let losses: Vec<f64> = serde_json::from_value(reference["losses"].clone()).expect("losses");
+    let rates: Vec<f64> = serde_json::from_value(reference["tokens_per_sec"].clone()).expect("rates");
+    (losses, rates, reference["peak_rss_kib"].as_f64().unwrap_or(f64::NAN) / 1024.0)
+}
