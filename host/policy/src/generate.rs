@@ -556,17 +556,15 @@ impl Policy {
         cache.sync_frozen(key);
         let mut kv = model.new_cache(1, n as i64);
         let mut streams = Vec::with_capacity(2);
-        let kept = match cache.lookup_frozen(ids) {
-            Some((entry, kept)) => match cache.frozen(entry) {
-                Some((lower, stream)) => {
-                    kv.write_row(0, 0, lower, kept as i64);
-                    let stream = stream.narrow(1, 0, kept as i64);
-                    model.refill_upper(&stream, &mut kv, boundary, Some(&fused));
-                    streams.push(stream);
-                    kept
-                }
-                None => 0,
-            },
+        let found = cache.lookup_frozen(ids);
+        let kept = match found.and_then(|(entry, kept)| Some((cache.frozen(entry)?, kept))) {
+            Some(((lower, stream), kept)) => {
+                kv.write_row(0, 0, lower, kept as i64);
+                let stream = stream.narrow(1, 0, kept as i64);
+                model.refill_upper(&stream, &mut kv, boundary, Some(&fused));
+                streams.push(stream);
+                kept
+            }
             None => 0,
         };
         if kept < n {

@@ -13,7 +13,7 @@ use toolsmith_policy::{FinishReason, FrozenActivations, Policy, ScoreOptions, To
 use crate::TrainError;
 use crate::rl::config::OldLogprobs;
 use crate::rl::episode::{EpisodeSequence, episode_sequences, mem_span};
-use crate::rl::loss::{LossInputs, LossStats, policy_loss, token_weights};
+use crate::rl::loss::{Aggregation, LossInputs, LossStats, policy_loss, token_weights};
 use crate::rl::method::{TurnCredit, token_advantages};
 use crate::rl::rollout::Group;
 use crate::rl::trainer::{Reference, RlUnit};
@@ -176,18 +176,19 @@ impl RlUnit {
         if examples.is_empty() {
             return Ok(outcome);
         }
-        let parts = deal(examples, |e| e.episode, c.mini_batches);
-        // The frozen lower layers' output is computed in the first epoch and reused by the others.
-        let mut frozen: Vec<FrozenActivations> = parts.iter().map(|_| FrozenActivations::default()).collect();
+        let mut parts: Vec<MiniBatch<'_>> = deal(examples, |e| e.episode, c.mini_batches)
+            .into_iter()
+            .map(|chosen| MiniBatch::new(chosen, c.loss.aggregation, c.max_tokens * c.max_turns))
+            .collect();
         for epoch in 0..c.epochs {
             let (mut stats, mut entropy_sum, mut losses, mut norms) =
                 (LossStats::default(), 0.0, Vec::new(), Vec::new());
-            for (part, (chosen, frozen)) in parts.iter().zip(&mut frozen).enumerate() {
-                if chosen.is_empty() {
+            for (part, batch) in parts.iter_mut().enumerate() {
+                if batch.examples.is_empty() {
                     continue;
                 }
                 let lr = core.schedule().lr(step_index(epoch, part));
-                let (loss, grad_norm) = self.step(core, chosen, epoch, frozen, lr, &mut stats, &mut entropy_sum)?;
+                let (loss, grad_norm) = self.step(core, batch, epoch, lr, &mut stats, &mut entropy_sum)?;
                 outcome.lr = lr;
                 losses.push(loss);
                 norms.push(grad_norm);
@@ -206,33 +207,26 @@ impl RlUnit {
         Ok(outcome)
     }
 
-    /// One optimiser step on the examples `chosen` (one mini-batch, its own token weights);
-    /// adds their loss statistics and entropy to `stats` and `entropy_sum`. Returns the loss and
-    /// the gradient norm before clipping.
-    #[allow(clippy::too_many_arguments)]
+    /// One optimiser step on one mini-batch; adds its loss statistics and entropy to `stats`
+    /// and `entropy_sum`. Returns the loss and the gradient norm before clipping.
     fn step(
         &self,
         core: &mut Core,
-        chosen: &[&Example],
+        batch: &mut MiniBatch<'_>,
         epoch: usize,
-        frozen: &mut FrozenActivations,
         lr: f64,
         stats: &mut LossStats,
         entropy_sum: &mut f64,
     ) -> Result<(f64, f64), TrainError> {
         let c = &self.config;
-        let sequences: Vec<TokenSequence> = chosen.iter().map(|e| e.sequence.tokens.clone()).collect();
-        let trained: Vec<usize> =
-            sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).collect();
-        let episodes: Vec<usize> = chosen.iter().map(|e| e.episode).collect();
-        let weights = token_weights(&trained, &episodes, c.loss.aggregation, c.max_tokens * c.max_turns);
+        let MiniBatch { examples: chosen, sequences, weights, frozen } = batch;
         core.optimizer_mut().zero_grad();
         let mut failure = None;
         let options = ScoreOptions::at(c.temperature).with_entropy(epoch == 0).recomputing(c.gradient_checkpointing);
         let loss = {
             let policy = core.lock();
             policy.accumulate_gradients_reusing(
-                &sequences,
+                sequences,
                 c.micro_batch_tokens,
                 &options,
                 frozen,
@@ -309,6 +303,27 @@ impl RlUnit {
 /// into a full-size step where the advantages were all 0.
 pub(super) fn longest_first(examples: &mut [Example]) {
     examples.sort_by_key(|e| std::cmp::Reverse(e.sequence.tokens.ids.len()));
+}
+
+/// One optimiser step's examples, with what every epoch's step over them reuses: their token
+/// sequences, their token weights (normalised within the mini-batch) and the frozen lower
+/// layers' output, computed in the first epoch.
+struct MiniBatch<'a> {
+    examples: Vec<&'a Example>,
+    sequences: Vec<TokenSequence>,
+    weights: Vec<f64>,
+    frozen: FrozenActivations,
+}
+
+impl<'a> MiniBatch<'a> {
+    fn new(examples: Vec<&'a Example>, aggregation: Aggregation, constant: usize) -> Self {
+        let sequences: Vec<TokenSequence> = examples.iter().map(|e| e.sequence.tokens.clone()).collect();
+        let trained: Vec<usize> =
+            sequences.iter().map(|s| s.loss_mask.iter().skip(1).filter(|&&m| m).count()).collect();
+        let episodes: Vec<usize> = examples.iter().map(|e| e.episode).collect();
+        let weights = token_weights(&trained, &episodes, aggregation, constant);
+        MiniBatch { examples, sequences, weights, frozen: FrozenActivations::default() }
+    }
 }
 
 /// Deals the examples into `parts` mini-batches by episode (episode `e` goes to part
