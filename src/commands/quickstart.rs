@@ -682,7 +682,7 @@ fn pretrained_section(env: &Env) -> Result<()> {
     use toolsmith_agent::{Agent, AgentConfig, Mode, ToolFormat, Trajectory};
     use toolsmith_daemon::chat::Served;
 
-    const STEPS: u64 = 8;
+    const STEPS: u64 = 12;
     use toolsmith_policy::{LoadOptions, LoraConfig, Policy};
     use toolsmith_train::config::{DataConfig, SftConfig, WorldsData};
     use toolsmith_train::sft::{self, Event};
@@ -757,12 +757,18 @@ the pretrained policy (SmolLM2-135M-Instruct; `--policy smollm2-135m`, `--init s
         init: dir.to_string_lossy().into_owned(),
         data: DataConfig {
             files: Vec::new(),
+            // The question's family alone: eight steps of every family taught the search turn
+            // but not when to stop searching (the answer reached an observation, then it
+            // searched the answer; BENCHMARKS.md, "The quickstart, whole").
             worlds: WorldsData {
                 seeds: vec![1],
                 countries: 4,
                 tasks_per_family: 4,
                 styles: vec![Mode::React],
-                ..WorldsData::default()
+                family_tasks: Family::GENERATED
+                    .iter()
+                    .map(|&f| (f, if f == Family::SingleHop { 24 } else { 0 }))
+                    .collect(),
             },
             ..DataConfig::default()
         },
@@ -794,7 +800,7 @@ the pretrained policy (SmolLM2-135M-Instruct; `--policy smollm2-135m`, `--init s
     })?;
     rates.sort_by(f64::total_cmp);
     println!(
-        "  LoRA SFT          -> rank 16 on every linear layer ({:.1}% of the weights train); {} steps of 2,048 tokens of world 1's traces: loss {:.2} -> {:.2}, {:.0} tokens/s, {}",
+        "  LoRA SFT          -> rank 16 on every linear layer ({:.1}% of the weights train); {} steps of 2,048 tokens of world 1's single-hop traces: loss {:.2} -> {:.2}, {:.0} tokens/s, {}",
         100.0 * trained,
         losses.len(),
         losses.first().copied().unwrap_or_default(),
