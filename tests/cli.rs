@@ -519,3 +519,81 @@ fn the_pretrained_policy_is_known_by_name() {
     let info: Value = serde_json::from_str(&ok(&elsewhere)).expect("json");
     assert_eq!(info["layers"], 30, "{info}");
 }
+
+/// `eval` against an OpenAI-compatible endpoint that calls tools natively (`--tool-calls`
+/// defaults to auto): a scripted stub answers the first turn with a `search` call in
+/// `tool_calls` and the second with the answer; the call runs, the answer scores, and the stub
+/// was sent `tools`, the call back as `tool_calls` and its result as a `tool` message.
+#[test]
+fn eval_drives_an_openai_endpoint_through_native_tool_calls() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::json;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"question\": \"Where was Ada born?\", \"golden_answers\": [\"London\"]}\n")
+        .expect("write");
+    let corpus = dir.path().join("corpus.jsonl");
+    std::fs::write(&corpus, "{\"title\": \"Ada\", \"text\": \"Ada was born in London.\"}\n").expect("write");
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/v1", listener.local_addr().expect("address"));
+    let requests = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let seen = requests.clone();
+    // Detached: it blocks in accept until the test process ends.
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut length = 0;
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && !line.trim_end().is_empty() {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let mut seen = seen.lock().expect("lock");
+            let message = if seen.is_empty() {
+                json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{\"query\": \"Ada\"}"}}
+                ]})
+            } else {
+                json!({"role": "assistant", "content": "<answer>\\boxed{London}</answer>"})
+            };
+            seen.push(request);
+            let reply = json!({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}).to_string();
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                reply.len()
+            );
+            let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(reply.as_bytes()));
+        }
+    });
+
+    let path = |p: &Path| p.to_str().expect("utf-8").to_string();
+    let (tasks, corpus) = (path(&tasks), path(&corpus));
+    let args = ["eval", "--policy", &url, "--tasks", &tasks, "--corpus", &corpus, "--mode", "react", "--json"];
+    let report: Value = serde_json::from_str(&ok(&toolsmith(&args))).expect("one JSON object");
+    assert_eq!(report["overall"]["em"], 1.0, "{report}");
+    let requests = requests.lock().expect("lock").clone();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let names: Vec<&str> =
+        requests[0]["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(names.contains(&"search"), "{}", requests[0]);
+    let messages = requests[1]["messages"].as_array().expect("messages");
+    let assistant = messages.iter().find(|m| m["role"] == "assistant").expect("the first turn");
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_0_0");
+    let tool = messages.iter().find(|m| m["role"] == "tool").expect("the call's result");
+    assert_eq!(tool["tool_call_id"], "call_0_0");
+    assert!(tool["content"].as_str().is_some_and(|c| c.contains("Ada was born in London.")), "{tool}");
+
+    let bad = toolsmith(&["eval", "--tool-calls", "sometimes", "--limit", "1"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--tool-calls"), "{bad:?}");
+}

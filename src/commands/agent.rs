@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOptions, OpenAiBackend};
+use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, GenerateOptions, OpenAiBackend, ToolCallStyle};
 use toolsmith_agent::env::corpus::search_manifest;
 use toolsmith_agent::env::metrics::{exact_match, f1};
 use toolsmith_agent::env::{self, Corpus, Task, World, WorldConfig};
@@ -95,6 +95,13 @@ pub struct PolicyArgs {
     /// Environment variable holding the endpoint's API key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
+    /// How an OpenAI-compatible endpoint's model calls tools: native (the request's `tools`,
+    /// the response's `tool_calls`, converted to and from the agent's trace grammar in every
+    /// mode), text (the grammar's `<tool_call>` blocks in the content only, as models trained on
+    /// the agent's traces write them) or auto (native, falling back to text for the rest of the
+    /// run when the endpoint refuses `tools`). Other policies ignore it.
+    #[arg(long, value_name = "STYLE", default_value = "auto")]
+    pub tool_calls: String,
     /// react, gap, mem or searl. `eval` takes it more than once and runs the modes side by side
     /// (a local policy's turns of every mode decode in the same batches).
     #[arg(long = "mode", value_name = "MODE", default_value = "gap")]
@@ -298,12 +305,16 @@ fn backend(
     episodes: usize,
 ) -> Result<(Arc<dyn Backend>, Option<Tokenizer>)> {
     let p = args.policy.as_str();
+    // Checked for every policy: a misspelt style must not pass unnoticed until a URL is given.
+    let Some(style) = ToolCallStyle::parse(&args.tool_calls) else {
+        bail!("unknown --tool-calls `{}`: use native, text or auto", args.tool_calls);
+    };
     if p == "oracle" {
         return Ok((Arc::new(Oracle::new(tasks, mode, tiny_tokenizer()?)), None));
     }
     if p.starts_with("http://") || p.starts_with("https://") {
         let key = std::env::var(&args.api_key_env).ok().filter(|k| !k.is_empty());
-        return Ok((Arc::new(OpenAiBackend::new(p, &args.model, key)), None));
+        return Ok((Arc::new(OpenAiBackend::new(p, &args.model, key).with_tool_calls(style)), None));
     }
     let policy = load_policy(p).context("expected oracle, tiny, a checkpoint directory or a URL")?;
     // Episodes running at once (`eval --parallel`) have their turns decoded as one batch, each

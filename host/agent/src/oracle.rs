@@ -287,7 +287,7 @@ impl Backend for Oracle {
                 prompt_tokens: self.tokenizer.encode(&prompt)?.len(),
                 completion_tokens: self.tokenizer.encode(&text)?.len(),
             };
-            Ok(Completion { text, usage, finish_reason: "stop".into(), tokens: None })
+            Ok(Completion { text, usage, finish_reason: "stop".into(), tokens: None, raw: None })
         })
     }
 }

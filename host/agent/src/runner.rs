@@ -192,6 +192,10 @@ pub struct StepRecord {
     /// tokenized again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<TurnTokens>,
+    /// What the model returned when it was not text of the trace grammar (an OpenAI endpoint's
+    /// message with native `tool_calls`); [`StepRecord::text`] is that message as a grammar turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<Value>,
 }
 
 impl StepRecord {
@@ -327,9 +331,9 @@ impl Trajectory {
 
 /// The instructions for a mode, with the tools listed in `format`.
 pub fn system_prompt(mode: Mode, tools: &[Manifest], format: ToolFormat) -> String {
-    let mut s = String::from(
-        "You answer questions with tools. Think in <think>...</think>. Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>; each result comes back in <observation>. ",
-    );
+    let mut s = String::from("You answer questions with tools. Think in <think>...</think>. ");
+    s.push_str(CALL_INSTRUCTIONS);
+    s.push(' ');
     s.push_str(match mode {
         Mode::React => "Call one tool per turn.",
         Mode::Gap => "First write a plan of sub-tasks with dependencies: <plan>Task 1: ... - Dependencies: none</plan>. Then, each turn, call every task whose dependencies are done, as several <tool_call> blocks; they run in parallel.",
@@ -338,14 +342,29 @@ pub fn system_prompt(mode: Mode, tools: &[Manifest], format: ToolFormat) -> Stri
     });
     s.push_str(" When you know the answer, write <answer>\\boxed{answer}</answer>.\nTools:\n");
     for t in tools {
-        match format {
-            ToolFormat::Json => s.push_str(&t.to_openai_function().to_string()),
-            ToolFormat::Compact => s.push_str(&compact_signature(t, &t.description)),
-            ToolFormat::Brief => s.push_str(&compact_signature(t, first_clause(&t.description))),
-        }
+        s.push_str(&tool_line(t.name.as_str(), &t.description, &t.input_schema, format));
         s.push('\n');
     }
     s
+}
+
+/// The preamble every mode's system prompt starts with: how to call a tool and how results come
+/// back. The served endpoint opens a client's tool listing with it, so that a policy trained on
+/// the agent's prompts reads an OpenAI `tools` list as it reads its own.
+pub const CALL_INSTRUCTIONS: &str = "Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>; each result comes back in <observation>.";
+
+/// One tool's line in a listing: a name, a description and an input schema in `format` (names
+/// are taken as they are, so OpenAI function names the registry would refuse list too).
+pub fn tool_line(name: &str, description: &str, input_schema: &Value, format: ToolFormat) -> String {
+    match format {
+        ToolFormat::Json => serde_json::json!({
+            "type": "function",
+            "function": {"name": name, "description": description, "parameters": input_schema},
+        })
+        .to_string(),
+        ToolFormat::Compact => compact_signature(name, input_schema, description),
+        ToolFormat::Brief => compact_signature(name, input_schema, first_clause(description)),
+    }
 }
 
 /// A description's first clause: up to the first `.`, `,`, `;`, `:` or `(`, and ten words at
@@ -359,9 +378,8 @@ fn first_clause(description: &str) -> &str {
     text[..end].trim_end()
 }
 
-/// `- name(arg: type, opt?: type): description` from a manifest's input schema.
-fn compact_signature(tool: &Manifest, description: &str) -> String {
-    let schema = &tool.input_schema;
+/// `- name(arg: type, opt?: type): description` from an input schema.
+fn compact_signature(name: &str, schema: &Value, description: &str) -> String {
     let required: HashSet<&str> =
         schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
     let args: Vec<String> = schema
@@ -374,7 +392,7 @@ fn compact_signature(tool: &Manifest, description: &str) -> String {
             format!("{name}{optional}: {}", type_name(prop))
         })
         .collect();
-    format!("- {}({}): {}", tool.name, args.join(", "), description.trim())
+    format!("- {name}({}): {}", args.join(", "), description.trim())
 }
 
 /// A short type for a property schema: `string`, `integer[]`, `"a"|"b"`, `object`.
@@ -500,7 +518,9 @@ impl Agent {
             // A seed per turn: with one seed for every turn, a sampled episode would repeat its
             // draws, and a group of episodes with consecutive seeds would share them.
             let options = self.config.generate.for_turn(turn_index);
-            let completion = match self.backend.complete(&messages, &options).await {
+            // The listed tools go to the backend too: one that can hand them to the model as a
+            // structured list (OpenAI `tools`) does, the others ignore them.
+            let completion = match self.backend.complete_with_tools(&messages, &listed, &options).await {
                 Ok(c) => c,
                 Err(e) => {
                     finish = Finish::BackendError(e.to_string());
@@ -559,6 +579,7 @@ impl Agent {
                 model_ms,
                 system: changed_system,
                 tokens: completion.tokens,
+                raw: completion.raw,
             });
             previous_system.clone_from(&system);
             if let Some(a) = final_answer {

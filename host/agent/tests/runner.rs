@@ -35,6 +35,7 @@ impl Backend for Scripted {
                 usage: Usage { prompt_tokens: 10, completion_tokens: 5 },
                 finish_reason: "stop".into(),
                 tokens: None,
+                raw: None,
             })
         })
     }

@@ -35,11 +35,50 @@ const FRACTION_DIGITS: usize = 3;
 #[derive(Debug)]
 enum Node {
     Object(Vec<Property>),
-    Array { items: Arc<Node>, min: usize, max: usize },
-    Str { min: usize, max: usize, pattern: Option<Arc<Pattern>> },
+    Array {
+        items: Arc<Node>,
+        min: usize,
+        max: usize,
+    },
+    Str {
+        min: usize,
+        max: usize,
+        pattern: Option<Arc<Pattern>>,
+    },
     Num(NumSpec),
     Lit(Vec<String>),
     AnyOf(Vec<Arc<Node>>),
+    /// An object with free keys (`additionalProperties`, `json_object`): up to `max` entries.
+    Map {
+        key: Arc<Node>,
+        value: Arc<Node>,
+        max: usize,
+    },
+}
+
+/// Most entries of an object with free keys.
+const DEFAULT_MAX_ENTRIES: usize = 6;
+/// How deep a value of unknown shape (`json_object`, `additionalProperties: true`) may nest.
+const ANY_DEPTH: usize = 2;
+
+/// Any JSON value, nested at most `depth` containers deep.
+fn any_value(depth: usize) -> Arc<Node> {
+    let mut alts = vec![
+        Arc::new(Node::Str { min: 0, max: DEFAULT_MAX_STRING, pattern: None }),
+        Arc::new(Node::Num(NumSpec { integer: false, lo: None, hi: None, int_digits: DEFAULT_INT_DIGITS })),
+        Arc::new(Node::Lit(vec!["true".into(), "false".into(), "null".into()])),
+    ];
+    if depth > 0 {
+        let inner = any_value(depth - 1);
+        alts.push(Arc::new(Node::Array { items: inner.clone(), min: 0, max: DEFAULT_MAX_ITEMS }));
+        alts.push(free_object(inner));
+    }
+    Arc::new(Node::AnyOf(alts))
+}
+
+fn free_object(value: Arc<Node>) -> Arc<Node> {
+    let key = Arc::new(Node::Str { min: 1, max: DEFAULT_MAX_STRING, pattern: None });
+    Arc::new(Node::Map { key, value, max: DEFAULT_MAX_ENTRIES })
 }
 
 #[derive(Debug)]
@@ -259,6 +298,16 @@ fn compile_type(t: &str, obj: &serde_json::Map<String, Value>, depth: usize) -> 
                 .and_then(Value::as_array)
                 .map(|r| r.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
+            let additional = obj.get("additionalProperties");
+            if !obj.contains_key("properties") && required.is_empty() && additional != Some(&Value::Bool(false)) {
+                // No declared keys: any keys, with values of `additionalProperties` (any value
+                // when it is absent or `true`).
+                let value = match additional {
+                    None | Some(Value::Bool(true)) => any_value(ANY_DEPTH),
+                    Some(schema) => compile(schema, depth + 1)?,
+                };
+                return Ok(free_object(value));
+            }
             let mut props = Vec::new();
             if let Some(p) = obj.get("properties").and_then(Value::as_object) {
                 for (name, schema) in p {
@@ -359,6 +408,14 @@ enum ObjState {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MapState {
+    Open,
+    BeforeKey { comma: bool },
+    Colon,
+    AfterValue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ArrState {
     Open,
     AfterOpen,
@@ -372,6 +429,7 @@ enum Frame {
     Object { node: Arc<Node>, next: usize, state: ObjState },
     Key { candidates: Vec<usize>, pos: usize, node: Arc<Node> },
     Array { node: Arc<Node>, count: usize, state: ArrState },
+    Map { node: Arc<Node>, count: usize, state: MapState },
     Str { node: Arc<Node>, len: usize, dfa: Option<StateID>, open: bool },
     Num { spec: NumSpec, text: String },
     Lit { options: Arc<Vec<String>>, alive: Vec<usize>, pos: usize },
@@ -404,6 +462,12 @@ impl JsonSchemaGrammar {
             return Err(unsupported(format!("no document satisfies {schema} within the generation caps")));
         }
         Ok(grammar)
+    }
+
+    /// Any JSON object (OpenAI's `response_format: {"type": "json_object"}`): free keys, values of
+    /// any type nested a few levels deep.
+    pub fn any_object() -> Self {
+        JsonSchemaGrammar { root: free_object(any_value(ANY_DEPTH)) }
     }
 
     /// A matcher at the start of a document.
@@ -528,6 +592,10 @@ fn feed(mut stack: Stack, c: char, out: &mut Vec<Stack>) {
                 stack.push(Frame::Array { node: node.clone(), count: 0, state: ArrState::Open });
                 feed(stack, c, out);
             }
+            Node::Map { .. } => {
+                stack.push(Frame::Map { node: node.clone(), count: 0, state: MapState::Open });
+                feed(stack, c, out);
+            }
             Node::Str { pattern, .. } => {
                 let dfa = pattern.as_ref().map(|p| p.start);
                 stack.push(Frame::Str { node: node.clone(), len: 0, dfa, open: false });
@@ -621,6 +689,42 @@ fn feed(mut stack: Stack, c: char, out: &mut Vec<Stack>) {
                     }
                 }
                 ArrState::Open => {}
+            }
+        }
+        Frame::Map { node, count, state } => {
+            let (key, value, max) = match &*node {
+                Node::Map { key, value, max } => (key.clone(), value.clone(), *max),
+                _ => return,
+            };
+            match state {
+                MapState::Open if c == '{' => {
+                    stack.push(Frame::Map { node, count, state: MapState::BeforeKey { comma: false } });
+                    out.push(stack);
+                }
+                MapState::BeforeKey { comma } => {
+                    if c == '}' && !comma {
+                        out.push(stack);
+                    } else if c == '"' && count < max {
+                        stack.push(Frame::Map { node, count, state: MapState::Colon });
+                        // The key's opening quote is this one.
+                        stack.push(Frame::Str { node: key, len: 0, dfa: None, open: true });
+                        out.push(stack);
+                    }
+                }
+                MapState::Colon if c == ':' => {
+                    stack.push(Frame::Map { node, count: count + 1, state: MapState::AfterValue });
+                    stack.push(Frame::Value(value));
+                    out.push(stack);
+                }
+                MapState::AfterValue => {
+                    if c == ',' && count < max {
+                        stack.push(Frame::Map { node, count, state: MapState::BeforeKey { comma: true } });
+                        out.push(stack);
+                    } else if c == '}' {
+                        out.push(stack);
+                    }
+                }
+                _ => {}
             }
         }
         Frame::Str { node, len, dfa, open } => {
@@ -799,6 +903,16 @@ fn preferred(stack: &[Frame]) -> Vec<char> {
             let key = candidates.iter().rev().find(|&&i| ps[i].required).or(candidates.first());
             key.and_then(|&i| ps[i].key.get(*pos..)).and_then(|r| r.chars().next()).into_iter().collect()
         }
+        Frame::Map { state, count, node } => match state {
+            MapState::Open => vec!['{'],
+            MapState::BeforeKey { comma: false } => vec!['}', '"'],
+            MapState::BeforeKey { comma: true } => vec!['"'],
+            MapState::Colon => vec![':'],
+            MapState::AfterValue => {
+                let room = matches!(&**node, Node::Map { max, .. } if count < max);
+                if room { vec!['}', ','] } else { vec!['}'] }
+            }
+        },
         Frame::Array { node, state, .. } => match state {
             ArrState::Open => vec!['['],
             _ => {
@@ -841,7 +955,7 @@ fn preferred(stack: &[Frame]) -> Vec<char> {
 
 fn first_chars(node: &Node) -> Vec<char> {
     match node {
-        Node::Object(_) => vec!['{'],
+        Node::Object(_) | Node::Map { .. } => vec!['{'],
         Node::Array { .. } => vec!['['],
         Node::Str { .. } => vec!['"'],
         Node::Num(_) => "0123456789-".chars().collect(),
@@ -907,9 +1021,20 @@ impl TokenTable {
 
     /// Sets the logits of tokens that cannot follow to -inf, using only their first character.
     pub fn mask_first_chars(&self, matcher: &JsonMatcher, logits: &mut [f32]) {
+        self.mask_by_first_char(|c| matcher.allows_char(c), &[], logits);
+    }
+
+    /// Sets the logits of tokens whose first character `allows` refuses to -inf, except the ids
+    /// in `keep` (an end-of-turn token where the grammar may end).
+    pub fn mask_by_first_char(&self, allows: impl Fn(char) -> bool, keep: &[i64], logits: &mut [f32]) {
         let mut allowed = vec![false; logits.len()];
+        for &id in keep {
+            if let Some(a) = allowed.get_mut(id as usize) {
+                *a = true;
+            }
+        }
         for (&c, ids) in &self.by_first {
-            if matcher.allows_char(c) {
+            if allows(c) {
                 for &id in ids {
                     if let Some(a) = allowed.get_mut(id as usize) {
                         *a = true;

@@ -163,6 +163,28 @@ impl Policy {
         self.generate_inner(prompts, params, Some(seeds), None, None, Some(prefix), Some(drawn))
     }
 
+    /// [`Policy::generate_resumable`] under a [`Constraint`] (continuous batching of constrained
+    /// requests: the constraint carries each row's progress from one call to the next).
+    pub fn generate_resumable_with(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+        seeds: &[u64],
+        drawn: &[usize],
+        prefix: &mut PrefixCache,
+        constraint: &mut dyn Constraint,
+    ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
+        if seeds.len() != prompts.len() || drawn.len() != prompts.len() {
+            return Err(PolicyError::Sampling(format!(
+                "{} seeds and {} draw counts for {} prompts",
+                seeds.len(),
+                drawn.len(),
+                prompts.len()
+            )));
+        }
+        self.generate_inner(prompts, params, Some(seeds), None, Some(constraint), Some(prefix), Some(drawn))
+    }
+
     /// [`Policy::generate`] under a [`Constraint`]. Log-probs are those of the unconstrained
     /// model (what the network assigned), so scoring the output later gives the same numbers.
     pub fn generate_with(

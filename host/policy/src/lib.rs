@@ -7,6 +7,7 @@
 //! checkpoints load in `transformers`. Toolsmith adds `toolsmith-state.json` (training step,
 //! tokenizer hash, optimizer state).
 
+pub mod calls;
 pub mod checkpoint;
 pub mod config;
 pub mod constrain;
@@ -24,6 +25,7 @@ pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
+pub use calls::{CallRules, TurnConstraint, TurnGrammar, TurnMatcher};
 pub use checkpoint::{
     CpuFeatures, LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER, cpu_has_bf16,
     cpu_trains_in_bf16, seeded,

@@ -56,6 +56,10 @@ pub type Span = (usize, usize);
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The same tokenizer with special tokens read as text: for text that must not open a turn.
+    plain: tokenizers::Tokenizer,
+    /// Added tokens that are not special (trace tags), which `plain` still matches whole.
+    added: Vec<String>,
     /// Ids that end a generation (`eos_token` of the config, `<|im_end|>`, ...).
     eos_ids: Vec<i64>,
     pad_id: Option<i64>,
@@ -101,7 +105,20 @@ impl Tokenizer {
         let pad_id = token_field("pad_token").and_then(|t| id_of(&t));
         let bos_id = token_field("bos_token").and_then(|t| id_of(&t));
         let chat_template = config.and_then(|c| c.get("chat_template")).and_then(Value::as_str).map(str::to_owned);
-        Ok(Self { inner, eos_ids, pad_id, bos_id, chat_template, hash: blake3::hash(bytes).to_hex().to_string() })
+        let mut plain = inner.clone();
+        plain.set_encode_special_tokens(true);
+        let added =
+            inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| !t.special).map(|(_, t)| t.content).collect();
+        Ok(Self {
+            inner,
+            plain,
+            added,
+            eos_ids,
+            pad_id,
+            bos_id,
+            chat_template,
+            hash: blake3::hash(bytes).to_hex().to_string(),
+        })
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<i64>, PolicyError> {
@@ -115,6 +132,34 @@ impl Tokenizer {
         let encoding = self.inner.encode(text, false).map_err(|e| tokenizer_error("encode", e))?;
         let ids = encoding.get_ids().iter().map(|&id| i64::from(id)).collect();
         Ok((ids, encoding.get_offsets().to_vec()))
+    }
+
+    /// [`Tokenizer::encode_with_offsets`] for text that is only text (what a client wrote): no
+    /// control token (`<|im_start|>`) and no trace tag (`<tool_call>`) in it is read as that
+    /// token, so it cannot open a turn or pose as a call. A tag's characters are tokenized as
+    /// the text around them is.
+    pub fn encode_plain_with_offsets(&self, text: &str) -> Result<(Vec<i64>, Vec<Span>), PolicyError> {
+        // Cut every occurrence of an added token after its first character: neither side is the
+        // token any more.
+        let mut cuts: Vec<usize> = Vec::new();
+        for token in self.added.iter().filter(|t| !t.is_empty()) {
+            let first = token.chars().next().map_or(1, char::len_utf8);
+            cuts.extend(text.match_indices(token.as_str()).map(|(at, _)| at + first));
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        let (mut ids, mut spans) = (Vec::new(), Vec::new());
+        let mut start = 0;
+        for end in cuts.into_iter().chain([text.len()]) {
+            if end <= start {
+                continue;
+            }
+            let encoding = self.plain.encode(&text[start..end], false).map_err(|e| tokenizer_error("encode", e))?;
+            ids.extend(encoding.get_ids().iter().map(|&id| i64::from(id)));
+            spans.extend(encoding.get_offsets().iter().map(|&(a, b)| (a + start, b + start)));
+            start = end;
+        }
+        Ok((ids, spans))
     }
 
     /// Decodes ids to text, dropping special (control) tokens but keeping trace tags.

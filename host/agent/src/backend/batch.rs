@@ -20,7 +20,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use toolsmith_policy::{FinishReason, Generation, Policy, PrefixCache, SamplingParams, Tokenizer};
+use toolsmith_policy::constrain::TokenTable;
+use toolsmith_policy::{
+    FinishReason, Generation, Policy, PrefixCache, SamplingParams, Tokenizer, TurnConstraint, TurnGrammar, TurnMatcher,
+};
 
 use super::{Backend, BackendError, BoxFuture, ChatTemplate, Completion, GenerateOptions, Message};
 
@@ -48,6 +51,8 @@ struct Job {
     prompt: Prompt,
     stream: Option<TextStream>,
     options: GenerateOptions,
+    /// What the turn may be (tool calls, a JSON document); `None` decodes freely.
+    grammar: Option<Arc<TurnGrammar>>,
     reply: Reply,
 }
 
@@ -55,6 +60,8 @@ struct Job {
 #[derive(Debug, Clone)]
 pub struct BatchedBackend {
     queue: Sender<Job>,
+    /// Requests in the running batch, as the continuous worker last counted them.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
     label: String,
     /// The worker's prefix cache, shared so that [`Backend::release_memory`] can empty it while
     /// the worker waits for requests.
@@ -116,18 +123,20 @@ impl BatchedBackend {
         let (queue, jobs) = channel();
         let prefix = Arc::new(Mutex::new(PrefixCache::new(config.prefix_cache_bytes)));
         let cache = prefix.clone();
+        let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = in_flight.clone();
         std::thread::Builder::new()
             .name("toolsmith-batch".into())
             .spawn(move || {
                 if config.join_every == 0 {
                     worker(&policy, &jobs, &cache, config)
                 } else {
-                    continuous(&policy, &jobs, &cache, config)
+                    continuous(&policy, &jobs, &cache, config, &counter)
                 }
             })
             .map(drop)
             .unwrap_or_else(|e| tracing::error!("cannot start the batching worker: {e}"));
-        BatchedBackend { queue, label: label.into(), prefix }
+        BatchedBackend { queue, in_flight, label: label.into(), prefix }
     }
 
     /// Bytes of keys and values the prefix cache holds now.
@@ -178,12 +187,58 @@ impl BatchedBackend {
         options: &GenerateOptions,
         stream: Option<TextStream>,
     ) -> Result<(Generation, Option<i64>, u64), BackendError> {
+        self.generate_under(prompt, options, None, stream).await
+    }
+
+    /// [`BatchedBackend::generate_streaming`] under a grammar of the whole turn (tool calls,
+    /// structured output): every token is one the grammar allows. A request whose caller stops
+    /// waiting (the future is dropped: a client hung up) leaves the running batch at its next
+    /// pause and costs nothing more.
+    pub async fn generate_under(
+        &self,
+        prompt: Prompt,
+        options: &GenerateOptions,
+        grammar: Option<Arc<TurnGrammar>>,
+        stream: Option<TextStream>,
+    ) -> Result<(Generation, Option<i64>, u64), BackendError> {
+        self.submit(prompt, options, grammar, stream)?.wait().await
+    }
+
+    /// Queues a request now and returns its answer to await: several submitted one after the
+    /// other decode side by side (a request's `n` choices). Dropping the [`Pending`] withdraws it.
+    pub fn submit(
+        &self,
+        prompt: Prompt,
+        options: &GenerateOptions,
+        grammar: Option<Arc<TurnGrammar>>,
+        stream: Option<TextStream>,
+    ) -> Result<Pending, BackendError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = Job { prompt, stream, options: options.clone(), reply };
+        let job = Job { prompt, stream, options: options.clone(), grammar, reply };
         self.queue.send(job).map_err(|_| BackendError::Join("the batching worker has stopped".into()))?;
-        answer.await.map_err(|_| BackendError::Join("the batching worker dropped a request".into()))?
+        Ok(Pending(answer))
+    }
+
+    /// Requests the worker holds now (queued or decoding) that someone still waits for.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
+
+/// A submitted request's answer. Dropping it (a client hung up) withdraws the request: it
+/// leaves the running batch at the next pause.
+#[derive(Debug)]
+pub struct Pending(tokio::sync::oneshot::Receiver<Result<Finished, BackendError>>);
+
+impl Pending {
+    /// The generation, the chat template's end-of-turn token and the step of the weights that
+    /// finished it.
+    pub async fn wait(self) -> Result<(Generation, Option<i64>, u64), BackendError> {
+        self.0.await.map_err(|_| BackendError::Join("the batching worker dropped a request".into()))?
+    }
+}
+
+impl BatchedBackend {}
 
 impl Backend for BatchedBackend {
     fn name(&self) -> String {
@@ -281,7 +336,20 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
     let seeds: Vec<u64> = ready.iter().map(|(j, _)| j.options.seed).collect();
     let end_of_turn = template.end_of_turn(tokenizer).ok().flatten();
     let step = policy.state().step;
-    match policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, prefix) {
+    let decoded = if ready.iter().any(|(j, _)| j.grammar.is_some()) {
+        match TokenTable::new(tokenizer) {
+            Ok(table) => {
+                let rows = ready.iter().map(|(j, _)| j.grammar.clone().map(TurnMatcher::new)).collect();
+                let mut constraint = TurnConstraint::new(&table, tokenizer.eos_ids(), rows);
+                let drawn = vec![0; prompts.len()];
+                policy.generate_resumable_with(&prompts, &params, &seeds, &drawn, prefix, &mut constraint)
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        policy.generate_with_prefix(&prompts, &params, Some(&seeds), None, prefix)
+    };
+    match decoded {
         Ok((generations, stats)) => {
             tracing::debug!(
                 rows = prompts.len(),
@@ -316,6 +384,8 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
 /// A request in the running batch of [`continuous`].
 struct Running {
     options: GenerateOptions,
+    /// The turn's progress through its grammar, if it has one.
+    matcher: Option<TurnMatcher>,
     stream: Option<TextStream>,
     reply: Reply,
     prompt: Vec<i64>,
@@ -432,9 +502,27 @@ fn decoded(tokenizer: &Tokenizer, r: &mut Running) -> Result<String, String> {
 
 /// Continuous batching: decodes the running requests `join_every` tokens at a time, admitting
 /// what arrived in between and answering what finished.
-fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<PrefixCache>, config: BatchConfig) {
+fn continuous(
+    policy: &Mutex<Policy>,
+    jobs: &Receiver<Job>,
+    prefix: &Mutex<PrefixCache>,
+    config: BatchConfig,
+    in_flight: &std::sync::atomic::AtomicUsize,
+) {
     let mut running: Vec<Running> = Vec::new();
+    // Every token's text, for constrained requests: built when the first one arrives, and again
+    // only if a swap brings another tokenizer.
+    let mut table: Option<(String, Arc<TokenTable>)> = None;
     loop {
+        // A request nobody waits for any more (the client hung up) leaves now.
+        running.retain(|r| {
+            let waited = !r.reply.is_closed();
+            if !waited {
+                tracing::debug!(tokens = r.output.len(), "a request's client left; it leaves the batch");
+            }
+            waited
+        });
+        in_flight.store(running.len(), std::sync::atomic::Ordering::Relaxed);
         let mut arrived = Vec::new();
         if running.is_empty() {
             match jobs.recv() {
@@ -468,7 +556,27 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
             }
         };
         let context = policy.context_len();
+        if arrived.iter().any(|j| j.grammar.is_some())
+            && table.as_ref().is_none_or(|(hash, _)| hash != tokenizer.hash())
+        {
+            match TokenTable::new(tokenizer) {
+                Ok(t) => table = Some((tokenizer.hash().to_string(), Arc::new(t))),
+                Err(e) => {
+                    let message = format!("cannot index the vocabulary for constrained decoding: {e}");
+                    tracing::error!("{message}");
+                    let (constrained, free): (Vec<Job>, Vec<Job>) =
+                        arrived.into_iter().partition(|j| j.grammar.is_some());
+                    for job in constrained {
+                        let _ = job.reply.send(Err(BackendError::Join(message.clone())));
+                    }
+                    arrived = free;
+                }
+            }
+        }
         for job in arrived {
+            if job.reply.is_closed() {
+                continue;
+            }
             match encode(&policy, &template, &job.prompt) {
                 Ok(ids) if ids.len() >= context => {
                     let _ = job.reply.send(Err(BackendError::ContextFull { prompt: ids.len(), context }));
@@ -477,6 +585,7 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                     let budget = job.options.max_tokens.min(context - ids.len());
                     running.push(Running {
                         options: job.options,
+                        matcher: job.grammar.map(TurnMatcher::new),
                         stream: job.stream,
                         reply: job.reply,
                         prompt: ids,
@@ -492,6 +601,7 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
                 }
             }
         }
+        in_flight.store(running.len(), std::sync::atomic::Ordering::Relaxed);
         // One chunk for each group of requests with the same sampling settings (budgets and seeds
         // are each request's own).
         let mut failed: Vec<Option<String>> = vec![None; running.len()];
@@ -515,13 +625,33 @@ fn continuous(policy: &Mutex<Policy>, jobs: &Receiver<Job>, prefix: &Mutex<Prefi
             // chunks: what it would draw alone.
             let seeds: Vec<u64> = group.iter().map(|&i| running[i].options.seed).collect();
             let drawn: Vec<usize> = group.iter().map(|&i| running[i].output.len()).collect();
-            match policy.generate_resumable(
-                &prompts,
-                &params,
-                &seeds,
-                &drawn,
-                &mut toolsmith_contract::sync::lock(prefix),
-            ) {
+            let constrained = group.iter().any(|&i| running[i].matcher.is_some());
+            let decoded = match (&table, constrained) {
+                (Some((_, table)), true) => {
+                    let rows = group.iter().map(|&i| running[i].matcher.take()).collect();
+                    let mut constraint = TurnConstraint::new(table, tokenizer.eos_ids(), rows);
+                    let decoded = policy.generate_resumable_with(
+                        &prompts,
+                        &params,
+                        &seeds,
+                        &drawn,
+                        &mut toolsmith_contract::sync::lock(prefix),
+                        &mut constraint,
+                    );
+                    for (&i, m) in group.iter().zip(constraint.into_rows()) {
+                        running[i].matcher = m;
+                    }
+                    decoded
+                }
+                _ => policy.generate_resumable(
+                    &prompts,
+                    &params,
+                    &seeds,
+                    &drawn,
+                    &mut toolsmith_contract::sync::lock(prefix),
+                ),
+            };
+            match decoded {
                 Ok((generations, _)) => {
                     for (&i, g) in group.iter().zip(generations) {
                         running[i].extend(&g.output_ids, &g.logprobs, g.finish_reason, &params);

@@ -6,6 +6,7 @@
 pub mod batch;
 pub mod chat;
 pub mod local;
+pub mod native;
 pub mod openai;
 pub mod remote;
 
@@ -14,10 +15,10 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-pub use batch::{BatchConfig, BatchedBackend, Prompt};
-pub use chat::{ChatTemplate, Encoded, render_chat, render_prompt};
+pub use batch::{BatchConfig, BatchedBackend, Pending, Prompt};
+pub use chat::{ChatTemplate, Encoded, plain, render_chat, render_prompt};
 pub use local::LocalBackend;
-pub use openai::OpenAiBackend;
+pub use openai::{OpenAiBackend, ToolCallStyle};
 pub use remote::CompletionsBackend;
 
 /// Bytes of keys and values a local backend keeps between turns by default: about 130k tokens
@@ -95,6 +96,11 @@ pub struct Completion {
     /// What the policy sampled, token by token, when the backend can tell (the local policy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<TurnTokens>,
+    /// What an HTTP endpoint returned for the turn (an OpenAI response's `choices[0].message`),
+    /// when `text` was rewritten from it: with native tool calls, `text` is the trace-grammar
+    /// turn the agent parses, and this is what the model actually said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<serde_json::Value>,
 }
 
 /// A sampled turn as tokens: what RL trains on, never re-tokenised.
@@ -172,6 +178,7 @@ impl Completion {
                 finish: g.finish_reason,
                 closed,
             }),
+            raw: None,
         }
     }
 }
@@ -279,6 +286,20 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         messages: &'a [Message],
         options: &'a GenerateOptions,
     ) -> BoxFuture<'a, Result<Completion, BackendError>>;
+
+    /// The next assistant turn after `messages`, when the agent has listed `tools` to the model.
+    /// The agent always calls this one: a backend that can hand the model a structured tool
+    /// list (an OpenAI endpoint's `tools`) overrides it; every other backend sees the tools in
+    /// the system prompt only, so by default this is [`Backend::complete`].
+    fn complete_with_tools<'a>(
+        &'a self,
+        messages: &'a [Message],
+        tools: &'a [toolsmith_contract::Manifest],
+        options: &'a GenerateOptions,
+    ) -> BoxFuture<'a, Result<Completion, BackendError>> {
+        let _ = tools;
+        self.complete(messages, options)
+    }
 
     /// Drops what the backend keeps between requests to make later ones cheaper (a local
     /// policy's prefix cache) and returns that memory to the system, e.g. before a training

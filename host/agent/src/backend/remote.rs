@@ -162,6 +162,7 @@ impl Backend for CompletionsBackend {
                 usage: Usage { prompt_tokens: prompt.len(), completion_tokens: ids.len() },
                 finish_reason: if length { "length" } else { "stop" }.into(),
                 tokens: Some(TurnTokens { output_ids: ids, logprobs, finish, closed }),
+                raw: None,
             })
         })
     }
