@@ -163,13 +163,13 @@ fn main() {
             arm.valid += calls.len();
             arm.tokens += reply["usage"]["completion_tokens"].as_u64().unwrap_or(0);
             arm.seconds += seconds;
-            if let (Some(first), Some(want)) = (calls.first(), &reference) {
-                if first.name == want.name {
-                    arm.tool_right += 1;
-                    let got: Value = serde_json::from_str(&first.arguments).unwrap_or(Value::Null);
-                    if got == Value::Object(want.arguments.clone()) {
-                        arm.args_right += 1;
-                    }
+            if let (Some(first), Some(want)) = (calls.first(), &reference)
+                && first.name == want.name
+            {
+                arm.tool_right += 1;
+                let got: Value = serde_json::from_str(&first.arguments).unwrap_or(Value::Null);
+                if got == Value::Object(want.arguments.clone()) {
+                    arm.args_right += 1;
                 }
             }
             let (first, call) = first_chunks(&url, &body);

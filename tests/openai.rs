@@ -287,3 +287,43 @@ fn the_openai_sdks_use_the_served_policy_as_an_agent() {
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "report: {report}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `toolsmith eval` drives the served policy through the OpenAI API both ways: native tool calls
+/// (the request carries `tools`, the answers come back as `tool_calls`) and the text grammar.
+/// The untrained policy answers nothing, but every turn of every episode is served and recorded.
+#[test]
+fn eval_runs_against_the_served_policy_in_both_call_styles() {
+    let server = HttpServer::start(&["--policy", "tiny", "--model-name", "tiny"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    for style in ["native", "text"] {
+        let out = dir.path().join(format!("{style}.json"));
+        let url = format!("{}/v1", server.base);
+        let args = [
+            "eval",
+            "--policy",
+            &url,
+            "--model",
+            "tiny",
+            "--tool-calls",
+            style,
+            "--mode",
+            "react",
+            "--limit",
+            "2",
+            "--max-turns",
+            "2",
+            "--max-tokens",
+            "48",
+            "--json",
+            "--out",
+        ];
+        let report: Value =
+            serde_json::from_str(&common::ok(&common::toolsmith().args(args).arg(&out).output().expect("run eval")))
+                .expect("one JSON object");
+        assert_eq!(report["overall"]["tasks"], 2, "{style}: {report}");
+        assert_eq!(report["overall"]["backend_errors"], 0, "{style}: every turn is served: {report}");
+        let saved = std::fs::read_to_string(&out).expect("episodes");
+        // Each turn keeps the message the endpoint returned beside its grammar text.
+        assert!(saved.contains("\"raw\""), "{style}: {saved:.600}");
+    }
+}
