@@ -160,8 +160,13 @@ impl OpenAiBackend {
         let text = if calls {
             native::from_native(message)
         } else {
-            native::content_text(message.get("content"))
-                .ok_or_else(|| BackendError::Http(format!("POST {url}: no choices[0].message.content in {body}")))?
+            match message.get("content") {
+                // An empty turn (the budget ran out on text that is not content yet).
+                Some(Value::Null) => String::new(),
+                content => native::content_text(content).ok_or_else(|| {
+                    BackendError::Http(format!("POST {url}: no choices[0].message.content in {body}"))
+                })?,
+            }
         };
         let count = |key: &str| body.pointer(&format!("/usage/{key}")).and_then(Value::as_u64).unwrap_or(0) as usize;
         let finish_reason = match body.pointer("/choices/0/finish_reason").and_then(Value::as_str) {

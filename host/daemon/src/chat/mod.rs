@@ -375,7 +375,9 @@ async fn chat(State(state): State<ChatState>, body: Bytes) -> Response {
         step = a.step;
         prompt_tokens = a.generation.prompt_ids.len();
         completion_tokens += a.generation.output_ids.len();
-        let mut message = json!({"role": "assistant", "content": a.content});
+        // `null` content only beside calls, as OpenAI answers: a turn of no text is "".
+        let content = a.content.or_else(|| a.calls.is_empty().then(String::new));
+        let mut message = json!({"role": "assistant", "content": content});
         if !a.calls.is_empty() {
             message["tool_calls"] = a.calls.iter().map(calls::Call::to_json).collect();
         }
