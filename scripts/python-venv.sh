@@ -87,7 +87,14 @@ for spec in sys.argv[1:]:
     got = importlib.metadata.version(package)
     if got != version:
         sys.exit(f"installed {package} {got}, expected {version}")
-    importlib.import_module(package.replace("-", "_"))
+    # The modules the distribution installs (openai-agents installs `agents`), its own name first.
+    mine = package.replace("-", "_").lower()
+    modules = sorted(
+        (m for m, dists in importlib.metadata.packages_distributions().items()
+         if package.lower() in (d.lower() for d in dists) and not m.startswith("_")),
+        key=lambda m: m.lower() != mine,
+    )
+    importlib.import_module(modules[0] if modules else mine)
 PY
 
 # Console scripts and activate files embed the build path; point them at the final location.
