@@ -219,6 +219,17 @@ fn structured_output_and_bad_requests() {
     assert_eq!(client.post(&json!({"messages": ask(), "max_tokens": 2})).0, 200);
 }
 
+/// `count` once it reads 0, or after a minute.
+fn settled(count: impl Fn() -> u64) -> u64 {
+    let started = Instant::now();
+    let mut left = count();
+    while left > 0 && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(200));
+        left = count();
+    }
+    left
+}
+
 /// Four long streams whose clients hang up after a second leave the continuous batch: the policy
 /// is idle again in seconds, not after their 2,048 tokens each.
 #[test]
@@ -246,12 +257,7 @@ fn a_client_that_hangs_up_stops_costing() {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     });
-    let started = Instant::now();
-    let mut left = in_flight(&client);
-    while left > 0 && started.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(200));
-        left = in_flight(&client);
-    }
+    let left = settled(|| in_flight(&client));
     assert_eq!(left, 0, "the dropped streams still decode");
     // The same for a request that is not streamed: its client times out and hangs up.
     client.runtime.block_on(async {
@@ -259,12 +265,7 @@ fn a_client_that_hangs_up_stops_costing() {
         let plain = json!({"messages": ask(), "max_tokens": 2000, "temperature": 1.0, "stop": ["never"]});
         assert!(quick.post(&client.url).json(&plain).send().await.is_err(), "it times out");
     });
-    let started = Instant::now();
-    let mut left = in_flight(&client);
-    while left > 0 && started.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(200));
-        left = in_flight(&client);
-    }
+    let left = settled(|| in_flight(&client));
     assert_eq!(left, 0, "the abandoned request still decodes");
 }
 

@@ -152,19 +152,11 @@ impl Policy {
         drawn: &[usize],
         prefix: &mut PrefixCache,
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
-        if seeds.len() != prompts.len() || drawn.len() != prompts.len() {
-            return Err(PolicyError::Sampling(format!(
-                "{} seeds and {} draw counts for {} prompts",
-                seeds.len(),
-                drawn.len(),
-                prompts.len()
-            )));
-        }
-        self.generate_inner(prompts, params, Some(seeds), None, None, Some(prefix), Some(drawn))
+        self.generate_resumable_with(prompts, params, seeds, drawn, prefix, None)
     }
 
-    /// [`Policy::generate_resumable`] under a [`Constraint`] (continuous batching of constrained
-    /// requests: the constraint carries each row's progress from one call to the next).
+    /// [`Policy::generate_resumable`], optionally under a [`Constraint`] (continuous batching of
+    /// constrained requests: the constraint carries each row's progress from one call to the next).
     pub fn generate_resumable_with(
         &self,
         prompts: &[Vec<i64>],
@@ -172,7 +164,7 @@ impl Policy {
         seeds: &[u64],
         drawn: &[usize],
         prefix: &mut PrefixCache,
-        constraint: &mut dyn Constraint,
+        constraint: Option<&mut dyn Constraint>,
     ) -> Result<(Vec<Generation>, GenerationStats), PolicyError> {
         if seeds.len() != prompts.len() || drawn.len() != prompts.len() {
             return Err(PolicyError::Sampling(format!(
@@ -182,7 +174,7 @@ impl Policy {
                 prompts.len()
             )));
         }
-        self.generate_inner(prompts, params, Some(seeds), None, Some(constraint), Some(prefix), Some(drawn))
+        self.generate_inner(prompts, params, Some(seeds), None, constraint, Some(prefix), Some(drawn))
     }
 
     /// [`Policy::generate`] under a [`Constraint`]. Log-probs are those of the unconstrained

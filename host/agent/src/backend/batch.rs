@@ -342,7 +342,7 @@ fn decode(policy: &Policy, jobs: Vec<Job>, prefix: &mut PrefixCache) {
                 let rows = ready.iter().map(|(j, _)| j.grammar.clone().map(TurnMatcher::new)).collect();
                 let mut constraint = TurnConstraint::new(&table, tokenizer.eos_ids(), rows);
                 let drawn = vec![0; prompts.len()];
-                policy.generate_resumable_with(&prompts, &params, &seeds, &drawn, prefix, &mut constraint)
+                policy.generate_resumable_with(&prompts, &params, &seeds, &drawn, prefix, Some(&mut constraint))
             }
             Err(e) => Err(e),
         }
@@ -625,32 +625,26 @@ fn continuous(
             // chunks: what it would draw alone.
             let seeds: Vec<u64> = group.iter().map(|&i| running[i].options.seed).collect();
             let drawn: Vec<usize> = group.iter().map(|&i| running[i].output.len()).collect();
-            let constrained = group.iter().any(|&i| running[i].matcher.is_some());
-            let decoded = match (&table, constrained) {
-                (Some((_, table)), true) => {
+            // A group with a constrained request decodes under one constraint, its free rows
+            // unmasked; the matchers come back advanced for the next chunk.
+            let mut constraint = match &table {
+                Some((_, table)) if group.iter().any(|&i| running[i].matcher.is_some()) => {
                     let rows = group.iter().map(|&i| running[i].matcher.take()).collect();
-                    let mut constraint = TurnConstraint::new(table, tokenizer.eos_ids(), rows);
-                    let decoded = policy.generate_resumable_with(
-                        &prompts,
-                        &params,
-                        &seeds,
-                        &drawn,
-                        &mut toolsmith_contract::sync::lock(prefix),
-                        &mut constraint,
-                    );
-                    for (&i, m) in group.iter().zip(constraint.into_rows()) {
-                        running[i].matcher = m;
-                    }
-                    decoded
+                    Some(TurnConstraint::new(table, tokenizer.eos_ids(), rows))
                 }
-                _ => policy.generate_resumable(
-                    &prompts,
-                    &params,
-                    &seeds,
-                    &drawn,
-                    &mut toolsmith_contract::sync::lock(prefix),
-                ),
+                _ => None,
             };
+            let decoded = policy.generate_resumable_with(
+                &prompts,
+                &params,
+                &seeds,
+                &drawn,
+                &mut toolsmith_contract::sync::lock(prefix),
+                constraint.as_mut().map(|c| c as &mut dyn toolsmith_policy::Constraint),
+            );
+            for (&i, m) in group.iter().zip(constraint.map(TurnConstraint::into_rows).unwrap_or_default()) {
+                running[i].matcher = m;
+            }
             match decoded {
                 Ok((generations, _)) => {
                     for (&i, g) in group.iter().zip(generations) {

@@ -412,11 +412,8 @@ fn call_rules(tools: &[Tool], choice: &Choice, parallel: bool) -> Result<CallRul
     let grammar = |listed: Vec<&Tool>| JsonSchemaGrammar::compile(&call_schema(&listed)).map_err(|e| e.to_string());
     Ok(match choice {
         Choice::None => CallRules::new(None, true, 0, 0),
-        Choice::Auto => {
-            let all: Vec<&Tool> = tools.iter().collect();
-            let every = tools.iter().all(|t| compiled(t).is_ok());
-            CallRules::new(if every { grammar(all).ok() } else { None }, true, 0, max)
-        }
+        // The grammar of every tool compiles exactly when each tool's does.
+        Choice::Auto => CallRules::new(grammar(tools.iter().collect()).ok(), true, 0, max),
         Choice::Required => {
             for t in tools {
                 compiled(t).map_err(|e| {
