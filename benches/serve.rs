@@ -88,7 +88,7 @@ async fn client(url: String, calls: usize) -> (Vec<Duration>, usize) {
                 }
             }
             Ok(result) => {
-                eprintln!("call failed: {:?}", result.structured_content);
+                eprintln!("call failed: {:?}", result.content);
                 errors += 1;
             }
             Err(e) => {

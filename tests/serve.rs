@@ -146,10 +146,12 @@ fn http_bad_input_gets_clear_errors_and_the_server_stays_up() {
     let session = Session::open(&server);
     let unknown_method = session.request(2, "tools/frobnicate", json!({}));
     assert_eq!(unknown_method["error"]["code"], -32601, "{unknown_method}");
-    let unknown_tool = session.call(3, "calculater", json!({"expression": "1"}));
-    assert_eq!(unknown_tool["isError"], true);
-    assert_eq!(unknown_tool["structuredContent"]["error"]["kind"], "not_found");
-    assert!(unknown_tool["structuredContent"]["error"]["hint"].as_str().expect("hint").contains("calculator"));
+    // An unknown tool is a protocol error (MCP 2025-11-25), with the suggestion in its data.
+    let unknown_tool =
+        session.request(3, "tools/call", json!({"name": "calculater", "arguments": {"expression": "1"}}));
+    assert_eq!(unknown_tool["error"]["code"], -32602, "{unknown_tool}");
+    assert_eq!(unknown_tool["error"]["data"]["error"]["kind"], "not_found");
+    assert!(unknown_tool["error"]["data"]["error"]["hint"].as_str().expect("hint").contains("calculator"));
 
     // A slow tool: created through the meta tool, then called by a client that hangs up.
     let created = session.call(

@@ -18,11 +18,16 @@ impl Manifest {
         if !self.provenance.is_empty() {
             meta.insert("toolsmith/provenance".into(), json!(self.provenance));
         }
+        // Schemas written before formats were normalised (or by another generator) are served
+        // with the standard formats only.
+        let (mut input, mut output) = (self.input_schema.clone(), self.output_schema.clone());
+        crate::schemas::standard_formats(&mut input);
+        crate::schemas::standard_formats(&mut output);
         json!({
             "name": self.name,
             "description": self.description,
-            "inputSchema": self.input_schema,
-            "outputSchema": self.output_schema,
+            "inputSchema": input,
+            "outputSchema": output,
             "_meta": meta,
         })
     }
@@ -47,12 +52,14 @@ impl Manifest {
     /// The OpenAI function-calling definition (`{"type": "function", "function": {...}}`). OpenAI
     /// has no slot for an output schema; the description is all a model sees of the result.
     pub fn to_openai_function(&self) -> Value {
+        let mut parameters = self.input_schema.clone();
+        crate::schemas::standard_formats(&mut parameters);
         json!({
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.input_schema,
+                "parameters": parameters,
             }
         })
     }

@@ -55,6 +55,13 @@ impl ErrorKind {
         }
     }
 
+    /// True when the caller, not the tool, is to blame: bad arguments, a name that is not a
+    /// tool, a server at its limit. Such a call says nothing about how well the tool works, so
+    /// it does not lower the tool's success rate.
+    pub fn is_callers(self) -> bool {
+        matches!(self, ErrorKind::InvalidArgs | ErrorKind::NotFound | ErrorKind::Busy)
+    }
+
     /// Parses a wire name.
     pub fn parse(s: &str) -> Option<Self> {
         ErrorKind::ALL.into_iter().find(|k| k.as_str() == s)

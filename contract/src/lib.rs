@@ -35,4 +35,9 @@ pub mod schemas;
 pub mod sync;
 
 pub use error::{ErrorKind, PythonException, StructuredError};
+
+/// Names the server's meta tools answer to (`search_tools`, SEARL's `create_and_execute_mcp`):
+/// no tool of a registry may take them, or clients would see it described with the meta tool's
+/// text and reach a different tool than the one they read about.
+pub const RESERVED_TOOL_NAMES: [&str; 2] = ["search_tools", "create_and_execute_mcp"];
 pub use manifest::{Example, Manifest, ManifestError, NAME_MAX_LEN, NAME_PATTERN, Provenance, ToolKind, ToolName};

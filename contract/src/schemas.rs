@@ -35,7 +35,100 @@ pub fn tool_schema_for<T: schemars::JsonSchema>() -> Value {
     {
         obj.insert("type".into(), Value::String("object".into()));
     }
+    standard_formats(&mut schema);
     schema
+}
+
+/// The `format` values JSON Schema 2020-12 defines, the only ones every validator knows.
+pub const STANDARD_FORMATS: [&str; 19] = [
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Drops every `format` that JSON Schema does not define, in `schema` and its subschemas.
+/// schemars marks Rust integers `"format": "uint"`, `"int32"` and so on; strict validators (Ajv,
+/// which the TypeScript MCP SDK uses) warn about each unknown one, and the range they stand for
+/// is already stated by `minimum` and `maximum`. Values (`default`, `examples`, `const`, `enum`)
+/// are data and left alone, as is a property that happens to be called `format`.
+pub fn standard_formats(schema: &mut Value) {
+    let Some(object) = schema.as_object_mut() else { return };
+    if object.get("format").and_then(Value::as_str).is_some_and(|f| !STANDARD_FORMATS.contains(&f)) {
+        object.remove("format");
+    }
+    for (key, value) in object.iter_mut() {
+        match key.as_str() {
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+                if let Some(map) = value.as_object_mut() {
+                    map.values_mut().for_each(standard_formats);
+                }
+            }
+            "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
+                if let Some(list) = value.as_array_mut() {
+                    list.iter_mut().for_each(standard_formats);
+                }
+            }
+            "items" => match value {
+                Value::Array(list) => list.iter_mut().for_each(standard_formats),
+                other => standard_formats(other),
+            },
+            "additionalProperties"
+            | "unevaluatedProperties"
+            | "unevaluatedItems"
+            | "contains"
+            | "propertyNames"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "additionalItems" => standard_formats(value),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::standard_formats;
+    use serde_json::json;
+
+    #[test]
+    fn only_standard_formats_stay() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "format": "uint", "minimum": 0},
+                "when": {"type": "string", "format": "date-time"},
+                "format": {"type": "string", "format": "uint8", "default": {"format": "uint"}},
+                "list": {"type": "array", "items": {"type": "integer", "format": "int32"}},
+                "either": {"anyOf": [{"type": "integer", "format": "uint64"}, {"type": "null"}]},
+            },
+            "$defs": {"x": {"format": "double"}},
+        });
+        standard_formats(&mut schema);
+        assert_eq!(schema["properties"]["n"], json!({"type": "integer", "minimum": 0}));
+        assert_eq!(schema["properties"]["when"]["format"], "date-time");
+        assert_eq!(schema["properties"]["format"], json!({"type": "string", "default": {"format": "uint"}}));
+        assert_eq!(schema["properties"]["list"]["items"], json!({"type": "integer"}));
+        assert_eq!(schema["properties"]["either"]["anyOf"][0], json!({"type": "integer"}));
+        assert_eq!(schema["$defs"]["x"], json!({}));
+    }
 }
 
 /// What a golden test of a generated file does: with `TOOLSMITH_BLESS` set, writes `schema` to

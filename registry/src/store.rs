@@ -102,14 +102,28 @@ impl Registered {
 /// Usage and reward statistics of a tool.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolStats {
+    /// Every call, whoever failed.
     pub usage_count: i64,
     pub success_count: i64,
+    /// Calls the tool failed (`tool_error`, `trap`, `timeout`, ...). The caller's mistakes
+    /// (`invalid_args`, `not_found`, `busy`) are the rest of `usage_count`.
     pub failure_count: i64,
     pub reward_sum: f64,
     pub reward_count: i64,
 }
 
 impl ToolStats {
+    /// Successes among the calls the tool itself answered: the caller's mistakes do not count.
+    pub fn success_rate(&self) -> Option<f64> {
+        let judged = self.success_count + self.failure_count;
+        (judged > 0).then(|| self.success_count as f64 / judged as f64)
+    }
+
+    /// Calls that failed through the caller's fault.
+    pub fn caller_errors(&self) -> i64 {
+        (self.usage_count - self.success_count - self.failure_count).max(0)
+    }
+
     pub fn mean_reward(&self) -> Option<f64> {
         (self.reward_count > 0).then(|| self.reward_sum / self.reward_count as f64)
     }
@@ -658,7 +672,7 @@ impl Registry {
 
     /// Puts a tool created during an iteration into the candidate pool.
     pub fn add_candidate(&mut self, c: &Candidate) -> Result<i64, RegistryError> {
-        c.tool.manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", c.tool.manifest.name)))?;
+        check_new(&c.tool.manifest)?;
         if !c.reward.is_finite() {
             return Err(RegistryError::Invalid(format!("candidate reward must be finite, got {}", c.reward)));
         }
@@ -1033,10 +1047,12 @@ pub(crate) fn record_calls(tx: &Connection, calls: &[CallUsage]) -> Result<Recor
         };
         let reward = call.reward.filter(|r| r.is_finite());
         let failure = call.failure.as_deref();
+        // A caller's mistake is kept by kind but is not the tool's failure.
+        let callers = failure.and_then(toolsmith_contract::ErrorKind::parse).is_some_and(|k| k.is_callers());
         update.execute(params![
             id,
             failure.is_none() as i64,
-            failure.is_some() as i64,
+            (failure.is_some() && !callers) as i64,
             reward.unwrap_or(0.0),
             reward.is_some() as i64,
             now
@@ -1127,8 +1143,17 @@ pub(crate) fn parse_kind(text: &str) -> ToolKind {
 }
 
 fn check_all(tools: &[NewTool]) -> Result<(), RegistryError> {
-    for t in tools {
-        t.manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", t.manifest.name)))?;
+    tools.iter().try_for_each(|t| check_new(&t.manifest))
+}
+
+/// What a tool must be to enter the registry: a sound manifest under a name that is not reserved.
+fn check_new(manifest: &toolsmith_contract::Manifest) -> Result<(), RegistryError> {
+    manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", manifest.name)))?;
+    if toolsmith_contract::RESERVED_TOOL_NAMES.contains(&manifest.name.as_str()) {
+        return Err(RegistryError::Invalid(format!(
+            "`{}` is the name of a meta tool every server answers to; give the tool another name",
+            manifest.name
+        )));
     }
     Ok(())
 }

@@ -64,6 +64,8 @@ pub struct ViewNode {
     pub version: String,
     pub description: String,
     pub calls: i64,
+    /// Calls the tool failed; the caller's mistakes (`invalid_args`, `not_found`, `busy`) are
+    /// not its failures.
     pub failures: i64,
     /// Mean reward of the episodes that used the tool; null when none was scored.
     pub reward_mean: Option<f64>,
@@ -123,8 +125,9 @@ pub struct GraphView {
 pub struct ViewToolStats {
     pub calls: i64,
     pub successes: i64,
+    /// Calls the tool failed (see [`ViewNode::failures`]).
     pub failures: i64,
-    /// Error kind (`timeout`, `invalid_args`, ...) to count.
+    /// Error kind (`timeout`, `invalid_args`, ...) to count, the caller's kinds included.
     pub failures_by_kind: BTreeMap<String, i64>,
     pub reward_mean: Option<f64>,
     pub reward_count: i64,

@@ -1,6 +1,6 @@
 //! `toolsmith jobs`: the daemon's training jobs, over its HTTP API.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
@@ -108,7 +108,8 @@ pub fn run(args: JobsArgs) -> Result<ExitCode> {
     runtime.block_on(async move {
         match args.command {
             JobsCommand::Submit { kind, config, preset, method, overrides, watch } => {
-                let config = job_config(&kind, config, preset, method, overrides)?;
+                let mut config = job_config(&kind, config, preset, method, overrides)?;
+                absolute_paths(&mut config);
                 let job = client
                     .json(client.request(reqwest::Method::POST, "/jobs").json(&json!({"kind": kind, "config": config})))
                     .await?;
@@ -320,5 +321,26 @@ fn show_record(bar: &ProgressBar, say: &impl Fn(String), record: &Value) {
             say(format!("held-out @ step {}: {}", record["step"], modes.join(" · ")));
         }
         _ => {}
+    }
+}
+
+/// Makes the config's relative paths that exist here absolute: the daemon takes a relative path
+/// from its state directory, not from where `jobs submit` ran, and would otherwise read another
+/// file (or refuse one that is outside the directories it allows).
+fn absolute_paths(config: &mut Value) {
+    let absolute = |value: &mut Value| {
+        if let Some(text) = value.as_str()
+            && Path::new(text).is_relative()
+            && Path::new(text).exists()
+            && let Ok(path) = std::path::absolute(text)
+        {
+            *value = Value::String(path.to_string_lossy().into_owned());
+        }
+    };
+    if let Some(files) = config.pointer_mut("/data/files").and_then(Value::as_array_mut) {
+        files.iter_mut().for_each(absolute);
+    }
+    if let Some(init) = config.get_mut("init") {
+        absolute(init);
     }
 }

@@ -261,7 +261,7 @@ MCP (`toolsmith serve --stdio`), one session over a pipe:"
         println!(
             "  bad arguments     -> isError {}, kind {}",
             bad["result"]["isError"],
-            bad["result"]["structuredContent"]["error"]["kind"]
+            bad["result"]["_meta"]["toolsmith/error"]["kind"]
         );
         // Closing our side ends the session, as closing standard input ends `serve --stdio`.
         client_out.shutdown().await?;

@@ -14,7 +14,7 @@ use toolsmith_sandbox::Limits;
 use toolsmith_agent::backend::LocalBackend;
 use toolsmith_agent::env::Corpus;
 use toolsmith_daemon::chat::{Served, served_router};
-use toolsmith_daemon::jobs::{Jobs, jobs_router};
+use toolsmith_daemon::jobs::{JobInputs, Jobs, jobs_router};
 
 use super::Env;
 
@@ -40,6 +40,16 @@ pub struct ServeArgs {
     /// Calls that may run at once [default: number of cores].
     #[arg(long)]
     pub concurrency: Option<usize>,
+    /// create_and_execute_mcp calls that may run at once, in a pool apart from the calls' (so
+    /// endless creations never take an ordinary call's slot).
+    #[arg(long, default_value_t = 1)]
+    pub create_concurrency: usize,
+    /// Milliseconds a call waits for a free slot before it is answered `busy`.
+    #[arg(long, default_value_t = 10_000)]
+    pub slot_wait_ms: u64,
+    /// Open MCP sessions over HTTP at most; one more closes the longest-idle one.
+    #[arg(long, default_value_t = 256)]
+    pub max_sessions: usize,
     /// Tools per tools/list page.
     #[arg(long, default_value_t = 100)]
     pub page_size: usize,
@@ -73,6 +83,13 @@ pub struct ServeArgs {
     /// [default: the registry's directory]. Jobs are served over HTTP only.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Let job configs read data files and checkpoints under this directory too (by default
+    /// only the state directory's; relative paths start there).
+    #[arg(long = "allow-dir", value_name = "DIR")]
+    pub allow_dirs: Vec<PathBuf>,
+    /// Largest data file a job may read, in MiB.
+    #[arg(long, default_value_t = toolsmith_daemon::jobs::DEFAULT_MAX_DATA_BYTES >> 20)]
+    pub max_data_mb: u64,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -89,6 +106,8 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
     let defaults = ServeOptions::default();
     let options = ServeOptions {
         concurrency: args.concurrency.unwrap_or(defaults.concurrency),
+        create_concurrency: args.create_concurrency,
+        slot_wait: Duration::from_millis(args.slot_wait_ms),
         page_size: args.page_size,
         admission: match args.admission {
             AdmissionArg::Register => Admission::Register,
@@ -129,7 +148,19 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
             let state = args.state_dir.clone().unwrap_or(registry_dir);
             let jobs = Jobs::open(&state, daemon.clone(), served.as_ref().map(|(s, _)| s.clone()))
                 .with_context(|| format!("cannot open the training jobs in {}", state.display()))?;
-            Some(jobs)
+            let mut inputs = JobInputs::new(&state).max_data_bytes(args.max_data_mb.saturating_mul(1 << 20));
+            // The served checkpoint is one the operator named: jobs may start from it (and must,
+            // for the served policy to follow them).
+            if let Some(policy) = args.policy.as_deref().map(Path::new).filter(|p| p.is_dir()) {
+                inputs = inputs.allow(policy);
+            }
+            for dir in &args.allow_dirs {
+                if !dir.is_dir() {
+                    bail!("--allow-dir {}: not a directory", dir.display());
+                }
+                inputs = inputs.allow(dir);
+            }
+            Some(jobs.with_inputs(inputs))
         }
         None => None,
     };
@@ -156,6 +187,7 @@ pub fn run(env: &Env, args: ServeArgs) -> Result<ExitCode> {
                     allowed_origins: args.allow_origins,
                     max_body_bytes: args.max_request_kb.saturating_mul(1024),
                     drain_timeout: drain,
+                    max_sessions: args.max_sessions,
                     extra_routes: extra,
                     ..HttpOptions::new(addr)
                 };

@@ -202,11 +202,8 @@ pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
                     "name", "kind", "version", "calls", "success", "reward"
                 );
                 for t in tools {
-                    let success = if t.stats.usage_count > 0 {
-                        format!("{:.0}%", 100.0 * t.stats.success_count as f64 / t.stats.usage_count as f64)
-                    } else {
-                        "-".into()
-                    };
+                    let success =
+                        t.stats.success_rate().map(|r| format!("{:.0}%", 100.0 * r)).unwrap_or_else(|| "-".into());
                     let reward = t.mean_reward.map(|m| format!("{m:.2}")).unwrap_or_else(|| "-".into());
                     println!(
                         "{:<28} {:<9} {:<8} {:>6} {:>8} {:>7}  {}",
@@ -230,10 +227,11 @@ pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
                 println!("{} {} ({})", t.name, t.version, t.kind);
                 println!("  {}", t.description);
                 println!(
-                    "  calls {}  ok {}  failed {}  mean reward {}",
+                    "  calls {}  ok {}  failed {}  caller errors {}  mean reward {}",
                     t.stats.usage_count,
                     t.stats.success_count,
                     t.stats.failure_count,
+                    t.stats.caller_errors(),
                     t.mean_reward.map(|m| format!("{m:.3}")).unwrap_or_else(|| "-".into())
                 );
                 let p = &t.manifest.provenance;

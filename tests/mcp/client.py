@@ -419,12 +419,27 @@ async def run_scenario(read: Any, write: Any, report: Report, min_pages: int) ->
                 return
             out["outcome"] = "result"
             out["isError"] = r.get("isError", False)
-            out["structuredContent"] = sc = r.get("structuredContent")
+            out["structuredContent"] = r.get("structuredContent")
             out["text"] = texts(r)
             report.check("bad_args", out["isError"] is True, f"isError should be true, got result {json.dumps(r)[:400]}")
-            err = sc.get("error") if isinstance(sc, dict) else None
+            # An error result carries no structuredContent (it would not match the tool's
+            # outputSchema); the structured error is in _meta and, as JSON, in a text block.
+            report.check(
+                "bad_args", out["structuredContent"] is None, "an error result must not carry structuredContent"
+            )
+            meta = r.get("_meta") or {}
+            err = meta.get("toolsmith/error")
+            from_text = None
+            for t in out["text"]:
+                try:
+                    parsed = json.loads(t)
+                except ValueError:
+                    continue
+                if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+                    from_text = parsed["error"]
+            report.check("bad_args", from_text == err, f"the JSON text block {from_text!r} differs from _meta's {err!r}")
             if report.check(
-                "bad_args", isinstance(err, dict), f"structuredContent.error missing, got {json.dumps(sc)}"
+                "bad_args", isinstance(err, dict), f"_meta['toolsmith/error'] missing, got {json.dumps(meta)}"
             ):
                 out["kind"] = err.get("kind")
                 out["tool"] = err.get("tool")

@@ -154,25 +154,17 @@ impl Executor for McpTools {
             let request = CallToolRequestParams::new(name.to_string()).with_arguments(arguments);
             let result = match self.peer().call_tool(request).await {
                 Ok(result) => result,
-                Err(e) => {
-                    let message = format!("the MCP call failed: {e}");
-                    return ToolResult::of(Err(StructuredError::new(ErrorKind::ToolError, name, message)));
-                }
+                Err(e) => return ToolResult::of(Err(protocol_error(name, e))),
             };
-            let structured = result.structured_content.unwrap_or(Value::Null);
             if result.is_error == Some(true) {
-                let error = structured
-                    .get("error")
-                    .cloned()
-                    .and_then(|e| serde_json::from_value::<StructuredError>(e).ok())
-                    .unwrap_or_else(|| {
-                        // Another server's error: its text is all there is.
-                        let text: Vec<String> =
-                            result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect();
-                        StructuredError::new(ErrorKind::ToolError, name, text.join("\n"))
-                    });
+                let text: Vec<String> =
+                    result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect();
+                let error = error_of(result.meta.as_ref().map(|m| &m.0), result.structured_content.as_ref(), &text)
+                    // Another server's error: its text is all there is.
+                    .unwrap_or_else(|| StructuredError::new(ErrorKind::ToolError, name, text.join("\n")));
                 return ToolResult::of(Err(error));
             }
+            let structured = result.structured_content.unwrap_or(Value::Null);
             // A manifest's output is an object, so toolsmith's results come through unwrapped.
             let value = match structured {
                 Value::Null => {
@@ -188,10 +180,56 @@ impl Executor for McpTools {
     }
 }
 
+/// The structured error of an error result: under `_meta` as `toolsmith/error` (what toolsmith
+/// servers send), in a JSON text block `{"error": ...}`, or as the `structuredContent` older
+/// toolsmith servers sent.
+fn error_of(
+    meta: Option<&serde_json::Map<String, Value>>,
+    structured: Option<&Value>,
+    text: &[String],
+) -> Option<StructuredError> {
+    let parse = |v: &Value| serde_json::from_value::<StructuredError>(v.clone()).ok();
+    meta.and_then(|m| m.get("toolsmith/error"))
+        .and_then(parse)
+        .or_else(|| {
+            text.iter()
+                .filter_map(|t| serde_json::from_str::<Value>(t).ok())
+                .find_map(|v| v.get("error").and_then(parse))
+        })
+        .or_else(|| structured.and_then(|s| s.get("error")).and_then(parse))
+}
+
+/// A call the server answered with a JSON-RPC error: for an unknown tool (MCP's `-32602`)
+/// toolsmith servers put the structured `not_found` error, with its suggestions, in `data`.
+fn protocol_error(name: &str, error: rmcp::ServiceError) -> StructuredError {
+    if let rmcp::ServiceError::McpError(data) = &error
+        && let Some(found) = data
+            .data
+            .as_ref()
+            .and_then(|d| d.get("error"))
+            .and_then(|e| serde_json::from_value::<StructuredError>(e.clone()).ok())
+    {
+        return found;
+    }
+    StructuredError::new(ErrorKind::ToolError, name, format!("the MCP call failed: {error}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn structured_errors_are_read_from_meta_text_or_old_content() {
+        let error = json!({"kind": "invalid_args", "tool": "calc", "message": "bad"});
+        let meta = json!({"toolsmith/error": error}).as_object().cloned();
+        let from_meta = error_of(meta.as_ref(), None, &[]).expect("from _meta");
+        assert_eq!(from_meta.kind, ErrorKind::InvalidArgs);
+        let text = vec!["invalid_args in tool `calc`: bad".to_string(), json!({"error": error}).to_string()];
+        assert_eq!(error_of(None, None, &text), Some(from_meta.clone()));
+        assert_eq!(error_of(None, Some(&json!({"error": error})), &[]), Some(from_meta));
+        assert_eq!(error_of(None, None, &["plain words".to_string()]), None);
+    }
 
     fn tool(name: &str) -> McpTool {
         serde_json::from_value(json!({

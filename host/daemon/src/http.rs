@@ -12,7 +12,11 @@
 //!   and then carries it in an HttpOnly, same-site cookie;
 //! - `Host` checked against the listening names (DNS rebinding), and a browser's `Origin` checked
 //!   against an allowlist (loopback origins by default);
-//! - a cap on request bodies.
+//! - every state-changing request (any method but GET, HEAD and OPTIONS) refused when a browser
+//!   sends it from another site, token or not: a foreign `Origin` or `Sec-Fetch-Site: cross-site`
+//!   gets 403, and a body that is not `application/json` gets 415 (an HTML form or a `no-cors`
+//!   fetch can only send form and text bodies);
+//! - a cap on request bodies, and `X-Content-Type-Options: nosniff` on every response.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,7 +31,10 @@ use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+use serde_json::json;
+
 use super::mcp::McpHandler;
+use super::sessions::CappedSessions;
 use super::{Daemon, DaemonError};
 
 /// How the HTTP listener is exposed.
@@ -45,13 +52,15 @@ pub struct HttpOptions {
     pub max_body_bytes: usize,
     /// How long shutdown waits for running calls.
     pub drain_timeout: Duration,
+    /// Open MCP sessions at most; one more closes the longest-idle one.
+    pub max_sessions: usize,
     /// More routes served beside MCP, behind the same token (e.g. a policy's
     /// `/v1/chat/completions`).
     pub extra_routes: Option<Router>,
 }
 
 impl HttpOptions {
-    /// Loopback on `addr`'s port, no token, 4 MiB bodies.
+    /// Loopback on `addr`'s port, no token, 4 MiB bodies, 256 sessions.
     pub fn new(addr: SocketAddr) -> HttpOptions {
         HttpOptions {
             addr,
@@ -60,6 +69,7 @@ impl HttpOptions {
             allowed_origins: Vec::new(),
             max_body_bytes: 4 << 20,
             drain_timeout: Duration::from_secs(30),
+            max_sessions: 256,
             extra_routes: None,
         }
     }
@@ -102,14 +112,14 @@ impl HttpServer {
         let allowed: Arc<Vec<String>> = Arc::new(hosts.iter().map(|h| h.to_ascii_lowercase()).collect());
         let config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(hosts)
-            .with_allowed_origins(origins)
+            .with_allowed_origins(origins.clone())
             .enforce_origin_validation()
             .with_max_request_body_bytes(options.max_body_bytes)
             .with_cancellation_token(daemon.shutdown_token().child_token());
         let for_sessions = daemon.clone();
         let mcp = StreamableHttpService::new(
             move || Ok(McpHandler::new(for_sessions.clone())),
-            Arc::new(LocalSessionManager::default()),
+            Arc::new(CappedSessions::new(LocalSessionManager::default(), options.max_sessions)),
             config,
         );
         let token: Option<Arc<str>> = options.token.as_deref().map(Arc::from);
@@ -117,6 +127,7 @@ impl HttpServer {
         let mcp = Router::new()
             .nest_service("/mcp", mcp)
             .route_layer(axum::middleware::from_fn(move |r, n| check_json_rpc(limit, r, n)));
+        let origins = Arc::new(origins);
         let protected = Router::new()
             .merge(mcp)
             .route("/status", get(status))
@@ -124,11 +135,13 @@ impl HttpServer {
             .merge(super::graph::routes(daemon.clone()))
             .merge(options.extra_routes.unwrap_or_default())
             .route_layer(axum::middleware::from_fn_with_state((token, local.port()), require_token))
+            .route_layer(axum::middleware::from_fn_with_state(origins, refuse_cross_site))
             .route_layer(axum::middleware::from_fn_with_state(allowed, check_host));
         let router = Router::new()
             .route("/health", get(|| async { "ok" }))
             .merge(protected)
-            .layer(axum::extract::DefaultBodyLimit::max(options.max_body_bytes));
+            .layer(axum::extract::DefaultBodyLimit::max(options.max_body_bytes))
+            .layer(axum::middleware::map_response(no_sniff));
         Ok(HttpServer { listener, router, daemon, drain_timeout: options.drain_timeout })
     }
 
@@ -210,9 +223,7 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 fn presented_tokens(request: &Request, port: u16) -> Vec<(Vec<u8>, bool)> {
     let headers = request.headers();
     let mut found = Vec::new();
-    if let Some(bearer) =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
-    {
+    if let Some(bearer) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token) {
         found.push((bearer.as_bytes().to_vec(), false));
     }
     let path = request.uri().path();
@@ -235,6 +246,13 @@ fn presented_tokens(request: &Request, port: u16) -> Vec<(Vec<u8>, bool)> {
         }
     }
     found
+}
+
+/// The credentials of an `Authorization: Bearer <token>` value: the scheme is case-insensitive
+/// (RFC 9110, section 11.1), the token is taken as sent.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim_start_matches(' '))
 }
 
 /// `%XX` and `+` decoding of a query value; `None` when malformed.
@@ -286,6 +304,77 @@ async fn require_token(State((token, port)): State<(Option<Arc<str>>, u16)>, req
     }
 }
 
+/// Refuses a state-changing request a browser sent from another site (cross-site request
+/// forgery): without a token any page the user opens could otherwise queue or cancel jobs or swap
+/// the served model, and with one a page could still replay whatever its cookie admits. Safe
+/// methods pass (a cross-site page cannot read their answers), and so do clients that are not
+/// browsers: they send neither `Origin` nor `Sec-Fetch-Site`.
+async fn refuse_cross_site(State(origins): State<Arc<Vec<String>>>, request: Request, next: Next) -> Response {
+    use axum::http::Method;
+    let method = request.method();
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(request).await;
+    }
+    let headers = request.headers();
+    let path = request.uri().path().to_owned();
+    if headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()).is_some_and(|s| s.eq_ignore_ascii_case("cross-site"))
+    {
+        tracing::warn!(%path, "refused a cross-site request (Sec-Fetch-Site)");
+        return forbidden("cross-site requests are refused");
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !origins.iter().any(|pattern| origin_matches(pattern, origin)) {
+            tracing::warn!(%path, origin, "refused a request from a foreign origin");
+            return forbidden(&format!("requests from origin {origin} are refused; see --allow-origin"));
+        }
+    }
+    let content_type = headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or(""));
+    let has_body = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).is_some_and(|n| n.trim() != "0")
+        || headers.contains_key(header::TRANSFER_ENCODING);
+    let json = content_type.is_some_and(is_json);
+    if (content_type.is_some() || has_body) && !json {
+        tracing::warn!(%path, content_type, "refused a body that is not JSON");
+        let body = json!({"error": {"message": format!(
+            "{method} {path} takes Content-Type: application/json, not {}",
+            content_type.unwrap_or("none")
+        )}});
+        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, axum::Json(body)).into_response();
+    }
+    next.run(request).await
+}
+
+fn forbidden(message: &str) -> Response {
+    (StatusCode::FORBIDDEN, axum::Json(json!({"error": {"message": message}}))).into_response()
+}
+
+/// `application/json`, with or without parameters (`; charset=utf-8`).
+fn is_json(content_type: &str) -> bool {
+    content_type.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Whether `origin` is allowed by `pattern`: the same origin, or with a `:*` pattern the same
+/// scheme and host on any port (`http://localhost:*` admits `http://localhost:3000`).
+fn origin_matches(pattern: &str, origin: &str) -> bool {
+    let (pattern, origin) = (pattern.to_ascii_lowercase(), origin.to_ascii_lowercase());
+    match pattern.strip_suffix(":*") {
+        Some(base) => {
+            origin == base
+                || origin
+                    .strip_prefix(base)
+                    .and_then(|rest| rest.strip_prefix(':'))
+                    .is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+        }
+        None => origin == pattern.trim_end_matches('/'),
+    }
+}
+
+/// Tells browsers not to guess a response's type (a JSON error must never run as a script).
+async fn no_sniff(mut response: Response) -> Response {
+    response.headers_mut().insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    response
+}
+
 /// Refuses a `Host` that is not one of the listening names (DNS rebinding: a web page whose
 /// name was pointed at this machine must not read the graph or the jobs). rmcp checks `/mcp` the
 /// same way; this covers every route.
@@ -323,7 +412,36 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{constant_time_eq, hex, host_name, percent_decode, unhex};
+    use super::{bearer_token, constant_time_eq, hex, host_name, is_json, origin_matches, percent_decode, unhex};
+
+    #[test]
+    fn origins_match_their_patterns() {
+        assert!(origin_matches("http://localhost:*", "http://localhost:3000"));
+        assert!(origin_matches("http://localhost:*", "http://LOCALHOST"));
+        assert!(!origin_matches("http://localhost:*", "http://localhost.evil.example"));
+        assert!(!origin_matches("http://localhost:*", "http://localhost:3000.evil.example"));
+        assert!(!origin_matches("http://localhost:*", "https://localhost:3000"));
+        assert!(origin_matches("https://app.example", "https://app.example"));
+        assert!(!origin_matches("https://app.example", "https://app.example:8443"));
+        assert!(!origin_matches("http://127.0.0.1:*", "null"));
+    }
+
+    #[test]
+    fn bearer_schemes_are_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER a b"), Some("a b"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json("application/json"));
+        assert!(is_json("Application/JSON; charset=utf-8"));
+        assert!(!is_json("text/plain"));
+        assert!(!is_json("application/jsonp"));
+    }
 
     #[test]
     fn host_names_lose_their_port() {

@@ -20,6 +20,7 @@ pub mod http;
 pub mod jobs;
 pub mod mcp;
 mod meta;
+mod sessions;
 mod stats;
 
 use std::collections::HashMap;
@@ -58,8 +59,14 @@ pub enum Admission {
 /// How the daemon serves.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Calls that may run at once; more wait for a slot (up to their own deadline).
+    /// Calls that may run at once; more wait for a slot (up to `slot_wait`).
     pub concurrency: usize,
+    /// `create_and_execute_mcp` calls that may run at once, in a pool of their own: a creation
+    /// runs code nobody has run before, often to its deadline, and must not take the slots of
+    /// the graph's ordinary calls (nor they its).
+    pub create_concurrency: usize,
+    /// How long a call waits for a slot before it is answered `busy` with a retry hint.
+    pub slot_wait: Duration,
     /// Tools per `tools/list` page.
     pub page_size: usize,
     /// What `create_and_execute_mcp` does with a tool that works.
@@ -79,6 +86,8 @@ impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             concurrency: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            create_concurrency: 1,
+            slot_wait: Duration::from_secs(10),
             page_size: 100,
             admission: Admission::Register,
             limits: Limits::default(),
@@ -107,6 +116,8 @@ pub struct CallReply {
     pub text: String,
     /// True when the call failed; `structured` is then `{"error": {...}}`.
     pub is_error: bool,
+    /// True when no tool has the name called (MCP answers that with a protocol error).
+    pub unknown_tool: bool,
     /// Protocol-level metadata (e.g. what became of a created tool).
     pub meta: Option<Map<String, Value>>,
 }
@@ -114,11 +125,17 @@ pub struct CallReply {
 impl CallReply {
     fn ok(structured: Value) -> CallReply {
         let text = serde_json::to_string(&structured).unwrap_or_default();
-        CallReply { structured, text, is_error: false, meta: None }
+        CallReply { structured, text, is_error: false, unknown_tool: false, meta: None }
     }
 
     fn error(error: &StructuredError) -> CallReply {
-        CallReply { structured: error.to_envelope(), text: error.to_string(), is_error: true, meta: None }
+        CallReply {
+            structured: error.to_envelope(),
+            text: error.to_string(),
+            is_error: true,
+            unknown_tool: false,
+            meta: None,
+        }
     }
 }
 
@@ -141,7 +158,10 @@ struct Shared {
     loaded: Mutex<HashMap<String, Loaded>>,
     /// The tool list as of a registry generation.
     listing: Mutex<Option<(i64, Arc<Vec<McpTool>>)>>,
+    /// Slots of ordinary calls.
     permits: Arc<Semaphore>,
+    /// Slots of tool creation, apart from the calls' (see [`ServeOptions::create_concurrency`]).
+    creators: Arc<Semaphore>,
     options: ServeOptions,
     stats: Stats,
     peers: Mutex<Vec<Peer<RoleServer>>>,
@@ -164,6 +184,37 @@ struct Loaded {
     version: String,
     blob: Option<String>,
     tool: Arc<Tool>,
+}
+
+/// Why a page of the tool list could not be given.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// The cursor is not one this server handed out.
+    #[error("{0:?} is not a cursor of this server's tools/list")]
+    BadCursor(String),
+    /// The registry failed.
+    #[error("cannot read the tool graph: {0}")]
+    Registry(#[from] RegistryError),
+}
+
+/// The opaque cursor of the page after tool `name`: versioned and hex-encoded, so a client
+/// cannot mistake it for a name and a made-up one is refused rather than taken as a position.
+fn page_cursor(name: &str) -> String {
+    let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{CURSOR_PREFIX}{hex}")
+}
+
+const CURSOR_PREFIX: &str = "tools.1.";
+
+/// The tool name a [`page_cursor`] stands for; `None` for anything else.
+fn cursor_name(cursor: &str) -> Option<String> {
+    let hex = cursor.strip_prefix(CURSOR_PREFIX)?;
+    if hex.is_empty() || !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect();
+    String::from_utf8(bytes?).ok()
 }
 
 /// Errors that stop the daemon from starting.
@@ -189,7 +240,7 @@ impl Daemon {
     /// A daemon serving `registry`'s tools through `toolbox` (which should have the Python
     /// runtime set, for Python tools and `create_and_execute_mcp`).
     pub fn new(registry: Registry, toolbox: Toolbox, options: ServeOptions) -> Result<Daemon, DaemonError> {
-        if options.concurrency == 0 || options.page_size == 0 {
+        if options.concurrency == 0 || options.create_concurrency == 0 || options.page_size == 0 {
             return Err(DaemonError::Config("concurrency and page size must be at least 1".into()));
         }
         let generation = registry.generation()?;
@@ -211,6 +262,7 @@ impl Daemon {
                 loaded: Mutex::new(HashMap::new()),
                 listing: Mutex::new(None),
                 permits: Arc::new(Semaphore::new(options.concurrency)),
+                creators: Arc::new(Semaphore::new(options.create_concurrency)),
                 stats: Stats::new(),
                 peers: Mutex::new(Vec::new()),
                 announced: AtomicI64::new(generation),
@@ -246,16 +298,20 @@ impl Daemon {
             .unwrap_or_else(|e| Err(RegistryError::Invalid(format!("a registry task failed: {e}"))))
     }
 
-    /// One page of the tool list, starting after `cursor` (a tool name).
-    pub async fn list_tools(&self, cursor: Option<&str>) -> Result<ToolPage, RegistryError> {
+    /// One page of the tool list, starting after `cursor` (one a previous page returned).
+    pub async fn list_tools(&self, cursor: Option<&str>) -> Result<ToolPage, ListError> {
+        let after = match cursor {
+            None => None,
+            Some(c) => Some(cursor_name(c).ok_or_else(|| ListError::BadCursor(c.chars().take(80).collect()))?),
+        };
         let all = self.all_tools().await?;
-        let start = match cursor {
+        let start = match &after {
             None => 0,
-            Some(after) => all.partition_point(|t| t.name.as_ref() <= after),
+            Some(after) => all.partition_point(|t| t.name.as_ref() <= after.as_str()),
         };
         let end = (start + self.shared.options.page_size).min(all.len());
         let tools = all[start..end].to_vec();
-        let next_cursor = (end < all.len()).then(|| tools.last().map(|t| t.name.to_string())).flatten();
+        let next_cursor = (end < all.len()).then(|| tools.last().map(|t| page_cursor(&t.name))).flatten();
         Ok(ToolPage { tools, next_cursor })
     }
 
@@ -316,41 +372,54 @@ impl Daemon {
         reply
     }
 
+    /// A slot of `pool` (`what` names it in the answer), waiting at most
+    /// [`ServeOptions::slot_wait`]; past that, or at shutdown, a `busy` error with a retry hint.
+    async fn slot(
+        &self,
+        pool: &Arc<Semaphore>,
+        size: usize,
+        what: &str,
+        tool: &str,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, StructuredError> {
+        let wait = self.shared.options.slot_wait;
+        match tokio::time::timeout(wait, pool.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(StructuredError::new(ErrorKind::Busy, tool, "the server is shutting down")),
+            Err(_) => Err(StructuredError::new(
+                ErrorKind::Busy,
+                tool,
+                format!("all {size} {what} slots stayed busy for {:.1} s", wait.as_secs_f64()),
+            )
+            .with_hint(format!(
+                "retry in a few seconds: a call holds its slot for at most {:.0} s",
+                self.shared.options.limits.timeout.as_secs_f64()
+            ))),
+        }
+    }
+
     async fn call_registry_tool(&self, name: &str, args: Value) -> CallReply {
-        // Wait for a slot, but never longer than the call itself may take.
         let limits = self.shared.options.limits;
-        let permit = match tokio::time::timeout(limits.timeout, self.shared.permits.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_)) => {
-                return CallReply::error(&StructuredError::new(ErrorKind::Busy, name, "the server is shutting down"));
-            }
-            Err(_) => {
-                return CallReply::error(
-                    &StructuredError::new(
-                        ErrorKind::Busy,
-                        name,
-                        format!(
-                            "all {} call slots stayed busy for {:?}",
-                            self.shared.options.concurrency, limits.timeout
-                        ),
-                    )
-                    .with_hint("retry the call later"),
-                );
-            }
+        let permit = match self.slot(&self.shared.permits, self.shared.options.concurrency, "call", name).await {
+            Ok(permit) => permit,
+            Err(e) => return CallReply::error(&e),
         };
         let shared = self.shared.clone();
         let name = name.to_owned();
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit; // held until the tool has finished, whatever the client does
             let _in_flight = shared.stats.start();
-            let outcome = shared.load(&name).and_then(|tool| {
-                let out = shared.toolbox.call_tool(&tool, &args, limits);
-                let failure = out.as_ref().err().map(|e| e.kind.as_str());
-                shared.usage.record(CallUsage::new(tool.name(), failure));
-                out.map(|o| (tool, o.value))
-            });
-            match outcome {
-                Ok((tool, value)) => CallReply::ok(mcp_output(&tool.manifest, value)),
+            let tool = match shared.load(&name) {
+                Ok(tool) => tool,
+                Err(e) => {
+                    let mut reply = CallReply::error(&e);
+                    reply.unknown_tool = e.kind == ErrorKind::NotFound;
+                    return reply;
+                }
+            };
+            let out = shared.toolbox.call_tool(&tool, &args, limits);
+            shared.usage.record(CallUsage::new(tool.name(), out.as_ref().err().map(|e| e.kind.as_str())));
+            match out {
+                Ok(o) => CallReply::ok(mcp_output(&tool.manifest, o.value)),
                 Err(e) => CallReply::error(&e),
             }
         });
@@ -364,12 +433,16 @@ impl Daemon {
     /// calls were still running at the end.
     pub async fn drain(&self, timeout: Duration) -> usize {
         let deadline = tokio::time::Instant::now() + timeout;
-        let all = self.shared.options.concurrency as u32;
-        // Holding every permit means no tool runs and no new one starts.
-        if let Ok(Ok(permits)) = tokio::time::timeout_at(deadline, self.shared.permits.acquire_many(all)).await {
-            permits.forget();
+        // Holding every permit of both pools means no tool runs and no new one starts.
+        for (pool, size) in [
+            (&self.shared.permits, self.shared.options.concurrency),
+            (&self.shared.creators, self.shared.options.create_concurrency),
+        ] {
+            if let Ok(Ok(permits)) = tokio::time::timeout_at(deadline, pool.acquire_many(size as u32)).await {
+                permits.forget();
+            }
+            pool.close();
         }
-        self.shared.permits.close();
         // A finished tool's reply still has to reach its request handler.
         while self.shared.stats.handling() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -578,7 +651,7 @@ pub fn mcp_output(manifest: &Manifest, value: Value) -> Value {
 
 /// A tool's output schema as MCP `outputSchema`: wrapped like [`mcp_output`] wraps results.
 pub fn mcp_output_schema(manifest: &Manifest) -> Value {
-    if wraps_output(manifest) {
+    let mut schema = if wraps_output(manifest) {
         json!({
             "type": "object",
             "properties": { "result": manifest.output_schema },
@@ -586,7 +659,9 @@ pub fn mcp_output_schema(manifest: &Manifest) -> Value {
         })
     } else {
         manifest.output_schema.clone()
-    }
+    };
+    toolsmith_contract::schemas::standard_formats(&mut schema);
+    schema
 }
 
 /// A manifest as an MCP tool (see [`Manifest::to_mcp_tool`]), with [`mcp_output_schema`].

@@ -10,7 +10,7 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
 use serde_json::Value;
 
-use super::{Daemon, DaemonError};
+use super::{CallReply, Daemon, DaemonError, ListError};
 
 /// Serves a [`Daemon`] to one MCP client.
 #[derive(Debug, Clone)]
@@ -49,11 +49,10 @@ impl ServerHandler for McpHandler {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let cursor = request.and_then(|r| r.cursor);
-        let page = self
-            .daemon
-            .list_tools(cursor.as_deref())
-            .await
-            .map_err(|e| McpError::internal_error(format!("cannot read the tool graph: {e}"), None))?;
+        let page = self.daemon.list_tools(cursor.as_deref()).await.map_err(|e| match e {
+            ListError::BadCursor(_) => McpError::invalid_params(e.to_string(), None),
+            ListError::Registry(_) => McpError::internal_error(e.to_string(), None),
+        })?;
         let mut result = ListToolsResult::with_all_items(page.tools);
         result.next_cursor = page.next_cursor;
         Ok(result)
@@ -66,16 +65,38 @@ impl ServerHandler for McpHandler {
     ) -> Result<CallToolResponse, McpError> {
         let args = Value::Object(request.arguments.unwrap_or_default());
         let reply = self.daemon.call(&request.name, args).await;
-        let mut result = if reply.is_error {
-            CallToolResult::structured_error(reply.structured)
-        } else {
-            CallToolResult::structured(reply.structured)
-        };
-        result.content = vec![ContentBlock::text(reply.text)];
-        result.meta = reply.meta.map(rmcp::model::MetaObject::from);
-        Ok(result.into())
+        if !reply.is_error {
+            let mut result = CallToolResult::structured(reply.structured);
+            result.content = vec![ContentBlock::text(reply.text)];
+            result.meta = reply.meta.map(rmcp::model::MetaObject::from);
+            return Ok(result.into());
+        }
+        // MCP (2025-11-25) makes an unknown tool a protocol error, and everything else a
+        // tool's result with `isError` that the model reads and corrects.
+        if reply.unknown_tool {
+            return Err(McpError::invalid_params(reply.text, Some(reply.structured)));
+        }
+        Ok(error_result(reply).into())
     }
 }
+
+/// A failed call as MCP's result: the error in `content` (its text, then the structured error as
+/// a JSON text block for clients that only show text) and under `_meta` as `toolsmith/error`.
+/// No `structuredContent`: clients check it against the tool's `outputSchema` even on an error
+/// (the TypeScript SDK does), and an error envelope does not match a tool's output.
+fn error_result(reply: CallReply) -> CallToolResult {
+    let json = serde_json::to_string(&reply.structured).unwrap_or_default();
+    let mut meta = reply.meta.unwrap_or_default();
+    if let Some(error) = reply.structured.get("error") {
+        meta.insert(ERROR_META.into(), error.clone());
+    }
+    let mut result = CallToolResult::error(vec![ContentBlock::text(reply.text), ContentBlock::text(json)]);
+    result.meta = Some(rmcp::model::MetaObject::from(meta));
+    result
+}
+
+/// Where an error result's structured error sits in `_meta`.
+pub const ERROR_META: &str = "toolsmith/error";
 
 /// Serves MCP over standard input and output until the client closes it (or the daemon shuts
 /// down); calls still running then are finished first.
@@ -179,14 +200,62 @@ pub(super) fn check_message(line: &str) -> Result<(), String> {
         let what = if value.is_array() { "batches are not supported by MCP" } else { "a message must be an object" };
         return Err(rpc_error(Value::Null, -32600, &format!("invalid request: {what}")));
     };
-    let id = object.get("id").cloned().unwrap_or(Value::Null);
+    // MCP narrows JSON-RPC's ids to strings and integers; any other id cannot be echoed back.
+    let id = match object.get("id") {
+        None => Value::Null,
+        Some(id) if id.is_string() || id.is_i64() || id.is_u64() || id.is_null() => id.clone(),
+        Some(other) => {
+            let what = format!("invalid request: \"id\" must be a string or an integer, not {other}");
+            return Err(rpc_error(Value::Null, -32600, &what));
+        }
+    };
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(rpc_error(id, -32600, "invalid request: \"jsonrpc\" must be \"2.0\""));
     }
-    let is_request = object.get("method").is_some_and(Value::is_string);
+    let method = object.get("method").and_then(Value::as_str);
     let is_response = object.contains_key("result") || object.contains_key("error");
-    if !is_request && !is_response {
+    if method.is_none() && !is_response {
         return Err(rpc_error(id, -32600, "invalid request: no \"method\" (or \"result\"/\"error\")"));
+    }
+    if method.is_some() && object.get("id").is_some_and(Value::is_null) {
+        return Err(rpc_error(Value::Null, -32600, "invalid request: a request's \"id\" must not be null"));
+    }
+    if let Some(method) = method
+        && let Err(why) = check_params(method, object.get("params"))
+    {
+        return Err(rpc_error(id, -32602, &format!("invalid params of {method}: {why}")));
+    }
+    Ok(())
+}
+
+/// The shape MCP gives a request's `params`, for the requests whose malformed params the
+/// protocol library would otherwise report as an unknown method.
+fn check_params(method: &str, params: Option<&Value>) -> Result<(), String> {
+    let Some(params) = params else {
+        return if method == "tools/call" {
+            Err("\"params\" with the tool's \"name\" is required".into())
+        } else {
+            Ok(())
+        };
+    };
+    let Some(params) = params.as_object() else {
+        return Err(format!("\"params\" must be an object, not {params}"));
+    };
+    match method {
+        "tools/call" => {
+            if !params.get("name").is_some_and(Value::is_string) {
+                return Err("\"name\" must be the tool's name, a string".into());
+            }
+            if params.get("arguments").is_some_and(|a| !a.is_object() && !a.is_null()) {
+                return Err("\"arguments\" must be an object".into());
+            }
+        }
+        "tools/list" => {
+            if params.get("cursor").is_some_and(|c| !c.is_string() && !c.is_null()) {
+                return Err("\"cursor\" must be a string".into());
+            }
+        }
+        _ => {}
     }
     Ok(())
 }
@@ -211,5 +280,20 @@ mod tests {
         assert!(version.contains("-32600") && version.contains("\"id\":7"), "{version}");
         let nothing = check_message(r#"{"jsonrpc":"2.0","id":8}"#).unwrap_err();
         assert!(nothing.contains("method"), "{nothing}");
+        for id in ["{}", "1.5", "true", "[1]", "null"] {
+            let bad = check_message(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#)).unwrap_err();
+            assert!(bad.contains("-32600") && bad.contains("\"id\":null"), "{id}: {bad}");
+        }
+        assert!(check_message(r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#).is_ok());
+        for params in [r#"{}"#, r#"{"name":3}"#, r#"{"name":"x","arguments":[1]}"#, r#"[1]"#] {
+            let bad = check_message(&format!(r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{params}}}"#))
+                .unwrap_err();
+            assert!(bad.contains("-32602") && bad.contains("\"id\":9"), "{params}: {bad}");
+        }
+        let no_params = check_message(r#"{"jsonrpc":"2.0","id":9,"method":"tools/call"}"#).unwrap_err();
+        assert!(no_params.contains("-32602"), "{no_params}");
+        let cursor = check_message(r#"{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{"cursor":5}}"#);
+        assert!(cursor.unwrap_err().contains("-32602"));
+        assert!(check_message(r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x"}}"#).is_ok());
     }
 }

@@ -153,7 +153,11 @@ async fn search(daemon: &Daemon, args: Value) -> Result<CallReply, StructuredErr
                     description: hit.description,
                     kind: hit.kind.to_string(),
                     score: hit.score,
-                    input_schema: manifest.input_schema.clone(),
+                    input_schema: {
+                        let mut schema = manifest.input_schema.clone();
+                        toolsmith_contract::schemas::standard_formats(&mut schema);
+                        schema
+                    },
                     output_schema: super::mcp_output_schema(manifest),
                     via: hit.explain.via.map(|(from, _)| from),
                 });
@@ -184,13 +188,19 @@ async fn create(daemon: &Daemon, args: Value) -> Result<CallReply, StructuredErr
     if !(request.timeout.is_finite() && request.timeout > 0.0) || request.timeout > cap.as_secs_f64() {
         request.timeout = cap.as_secs_f64();
     }
-    let permit = daemon
-        .shared
-        .permits
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| StructuredError::new(ErrorKind::Busy, CREATE_TOOL, "the server is shutting down"))?;
+    if toolsmith_contract::RESERVED_TOOL_NAMES.contains(&request.name.as_str())
+        || daemon.shared.meta_tools.iter().any(|(m, _)| m.name.as_str() == request.name)
+    {
+        let mut error = StructuredError::new(
+            ErrorKind::InvalidArgs,
+            CREATE_TOOL,
+            format!("`{}` is the name of one of this server's meta tools", request.name),
+        );
+        error.pointer = Some("/name".into());
+        return Err(error.with_hint("give the new tool a name of its own"));
+    }
+    let pool = &daemon.shared.creators;
+    let permit = daemon.slot(pool, daemon.options().create_concurrency, "tool creation", CREATE_TOOL).await?;
     let shared = daemon.shared.clone();
     let (admission, run) = (daemon.options().admission, daemon.options().run.clone());
     let task = tokio::task::spawn_blocking(move || {

@@ -80,7 +80,7 @@ impl Chat {
 /// Reads every conversation of a JSON-lines file, with its 1-based line number. Blank lines are
 /// skipped; any other line that is not a conversation is an error naming the file and line.
 pub fn read_chats(path: &Path) -> Result<Vec<(usize, Chat)>, TrainError> {
-    let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
+    let text = read_regular_file(path)?;
     let mut chats = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -93,6 +93,29 @@ pub fn read_chats(path: &Path) -> Result<Vec<(usize, Chat)>, TrainError> {
         chats.push((i + 1, chat));
     }
     Ok(chats)
+}
+
+/// Reads a regular file whole. It is opened without blocking and checked before a byte is
+/// read: a FIFO or a device named as a data file is refused at once, where a plain read would
+/// hang the run (and whatever waits for it) until someone wrote to the other end.
+pub fn read_regular_file(path: &Path) -> Result<String, TrainError> {
+    use std::io::Read;
+    #[cfg(unix)]
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
+    };
+    #[cfg(not(unix))]
+    let file = std::fs::File::open(path);
+    let mut file = file.map_err(|e| TrainError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| TrainError::io(path, e))?;
+    if !meta.is_file() {
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+        return Err(TrainError::io(path, e));
+    }
+    let mut text = String::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_string(&mut text).map_err(|e| TrainError::io(path, e))?;
+    Ok(text)
 }
 
 /// Parses one conversation (`{"messages": [...]}` or a bare array).
@@ -174,6 +197,23 @@ fn tool_call_block(call: &Value) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A FIFO named as a data file (or put in a checked file's place) is refused at once: the
+    /// read must not wait for a writer that never comes.
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("data.jsonl");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+        let (done, finished) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(read_chats(&path).map(|c| c.len()).map_err(|e| e.to_string()));
+        });
+        let outcome = finished.recv_timeout(std::time::Duration::from_secs(20)).expect("the read blocked on a FIFO");
+        let error = outcome.expect_err("a FIFO is not data");
+        assert!(error.contains("not a regular file"), "{error}");
+    }
 
     fn text(turn: &Turn) -> &str {
         match &turn.content {

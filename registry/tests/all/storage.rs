@@ -204,3 +204,34 @@ fn a_search_index_locked_by_another_writer_is_searched_as_it_is() {
     let hits = r.search(&SearchRequest::new(["md5"]).k(1).mode(toolsmith_registry::Mode::Bm25)).expect("search");
     assert_eq!(hits[0].name, "md5_hex", "the index catches up once the lock is free");
 }
+
+/// A caller's mistake (`invalid_args`, `not_found`, `busy`) is kept by kind but is not the tool's
+/// failure: only `tool_error`, `trap`, `timeout`, ... lower its success rate.
+#[test]
+fn callers_mistakes_are_not_the_tools_failures() {
+    let (_d, path) = temp();
+    let mut r = open(&path);
+    r.register(tool("summarise", "Summarise a text in a sentence."), false).expect("register");
+    let call = |kind: Option<&str>| toolsmith_registry::CallUsage::new("summarise", kind);
+    r.record_calls(&[call(None), call(Some("invalid_args")), call(Some("busy")), call(Some("timeout")), call(None)])
+        .expect("calls");
+    let stats = r.get("summarise").expect("get").stats;
+    assert_eq!((stats.usage_count, stats.success_count, stats.failure_count), (5, 2, 1));
+    assert_eq!(stats.caller_errors(), 2);
+    assert_eq!(stats.success_rate(), Some(2.0 / 3.0));
+    let view = r.tool_view("summarise").expect("view").stats;
+    assert_eq!((view.calls, view.successes, view.failures), (5, 2, 1));
+    assert_eq!(view.failures_by_kind.get("invalid_args"), Some(&1));
+}
+
+/// The meta tools' names are the server's: no tool may take them, whichever way it arrives.
+#[test]
+fn meta_tool_names_are_reserved() {
+    let (_d, path) = temp();
+    let mut r = open(&path);
+    for name in toolsmith_contract::RESERVED_TOOL_NAMES {
+        let err = r.register(tool(name, "Shadows a meta tool of the server."), false).expect_err("reserved");
+        assert!(err.to_string().contains("meta tool"), "{err}");
+    }
+    assert_eq!(r.len().expect("len"), 0);
+}

@@ -159,28 +159,6 @@ fn status_of(e: &BackendError) -> StatusCode {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Prompt {
-    Text(String),
-    Ids(Vec<i64>),
-}
-
-#[derive(Debug, Deserialize)]
-struct CompletionRequest {
-    #[serde(default)]
-    model: Option<String>,
-    prompt: Prompt,
-    #[serde(flatten)]
-    sampling: request::SamplingFields,
-    /// `true` or a count (OpenAI's legacy form): the sampled tokens' log-probs are returned either
-    /// way; alternatives are not.
-    #[serde(default)]
-    logprobs: Option<Value>,
-    #[serde(default)]
-    return_token_ids: bool,
-}
-
 fn finish_name(f: FinishReason) -> &'static str {
     match f {
         FinishReason::Eos => "eos",
@@ -193,21 +171,16 @@ fn finish_name(f: FinishReason) -> &'static str {
 
 /// `POST /v1/completions`: a prompt as text or token ids, sampled on the local policy.
 async fn completions(State(state): State<ChatState>, body: Bytes) -> Response {
-    let request: CompletionRequest = match serde_json::from_slice(&body) {
+    let request = match request::parse_completion(&body) {
         Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request body: {e}")),
-    };
-    let options = match request.sampling.options(16) {
-        Ok(o) => o,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.0),
     };
-    let want_logprobs = matches!(request.logprobs, Some(Value::Bool(true) | Value::Number(_)));
+    let (options, want_logprobs) = (request.options, request.logprobs);
     // The answer names the checkpoint that is served, whatever the request asked for.
-    let _ = request.model;
     let model = state.model.clone();
     let prompt = match request.prompt {
-        Prompt::Text(text) => BatchPrompt::Text(text),
-        Prompt::Ids(ids) => BatchPrompt::Ids(ids),
+        request::Prompt::Text(text) => BatchPrompt::Text(text),
+        request::Prompt::Ids(ids) => BatchPrompt::Ids(ids),
     };
     // Continuous batching: an engine's concurrent rollouts decode together.
     let (g, step) = match state.served.batched.generate(prompt, &options).await {

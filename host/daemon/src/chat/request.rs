@@ -180,6 +180,55 @@ fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
 }
 
+/// A prompt of `/v1/completions`: text, or the token ids RL trainers send.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    /// Text, tokenized by the served policy's tokenizer.
+    Text(String),
+    /// Token ids, taken as they are.
+    Ids(Vec<i64>),
+}
+
+#[derive(Debug, Deserialize)]
+struct RawCompletion {
+    // `model` and other fields are accepted and ignored, as vLLM does: the answer names the
+    // checkpoint that is served.
+    prompt: Prompt,
+    #[serde(flatten)]
+    sampling: SamplingFields,
+    /// `true` or a count (OpenAI's legacy form): the sampled tokens' log-probs are returned either
+    /// way; alternatives are not.
+    #[serde(default)]
+    logprobs: Option<Value>,
+    #[serde(default)]
+    return_token_ids: bool,
+}
+
+/// A checked `/v1/completions` request.
+#[derive(Debug)]
+pub struct CompletionRequest {
+    /// What to continue.
+    pub prompt: Prompt,
+    /// How to sample (16 tokens unless `max_tokens` says otherwise).
+    pub options: GenerateOptions,
+    /// Whether the sampled tokens' log-probs are wanted.
+    pub logprobs: bool,
+    /// Whether the prompt's and the output's token ids are wanted.
+    pub return_token_ids: bool,
+}
+
+/// Parses and checks a `/v1/completions` body.
+pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, BadRequest> {
+    let raw: RawCompletion = serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))?;
+    Ok(CompletionRequest {
+        options: raw.sampling.options(16)?,
+        prompt: raw.prompt,
+        logprobs: matches!(raw.logprobs, Some(Value::Bool(true) | Value::Number(_))),
+        return_token_ids: raw.return_token_ids,
+    })
+}
+
 /// Parses and checks a request body.
 pub fn parse(body: &[u8]) -> Result<ChatRequest, BadRequest> {
     let value: Value = serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))?;

@@ -35,7 +35,9 @@ use crate::Daemon;
 use crate::chat::Served;
 
 mod api;
+mod inputs;
 pub use api::jobs_router;
+pub use inputs::{DEFAULT_MAX_DATA_BYTES, JobInputs};
 
 /// The jobs database's file name, in the daemon's state directory.
 pub const JOBS_FILE: &str = "jobs.db";
@@ -422,6 +424,8 @@ pub struct Jobs {
     inner: Arc<Inner>,
     daemon: Daemon,
     served: Option<Served>,
+    /// What job configs may name.
+    inputs: Arc<JobInputs>,
 }
 
 /// What `/status` says about training.
@@ -477,11 +481,24 @@ impl Jobs {
             wake: (Mutex::new(false), Condvar::new()),
         });
         daemon.set_jobs_status(StatusSource(inner.clone()));
-        Ok(Jobs { inner, daemon, served })
+        let inputs = Arc::new(JobInputs::new(root));
+        Ok(Jobs { inner, daemon, served, inputs })
     }
 
-    /// Queues a job after checking its config the way `toolsmith train` does.
-    pub fn submit(&self, kind: JobKind, config: Value) -> Result<Job, JobError> {
+    /// With the paths and sizes job configs may name (by default: the state directory only,
+    /// data files up to [`DEFAULT_MAX_DATA_BYTES`]).
+    pub fn with_inputs(mut self, inputs: JobInputs) -> Jobs {
+        self.inputs = Arc::new(inputs);
+        self
+    }
+
+    /// Queues a job after checking its config the way `toolsmith train` does, and its paths
+    /// against what this daemon may read ([`JobInputs`]).
+    pub fn submit(&self, kind: JobKind, mut config: Value) -> Result<Job, JobError> {
+        if !config.is_object() {
+            return Err(JobError::Invalid(format!("config must be an object, not {config}")));
+        }
+        self.inputs.confine(&mut config)?;
         let normalised = match kind {
             JobKind::Sft => {
                 let c: SftConfig = serde_json::from_value(config)
@@ -635,6 +652,8 @@ impl Jobs {
         // A run with a checkpoint continues from it (after a cancel, a failure or a crash); one
         // without starts fresh.
         let resume = toolsmith_train::checkpoint::RunDir::create(&job.dir)?.has_checkpoint();
+        // Files checked at submission may have been replaced while the job waited.
+        self.inputs.recheck(&job.config).map_err(|e| TrainError::Config(e.to_string()))?;
         match job.kind {
             JobKind::Sft => {
                 let config: SftConfig =
