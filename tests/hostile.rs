@@ -8,23 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{ACCEPT, HttpServer, JSON, Reply, Session, curl};
+use common::{ACCEPT, HttpServer, JSON, Reply, Session, send};
 use serde_json::{Value, json};
-
-/// A request with extra headers; `body` is sent as given (with `-d`, so curl says
-/// `application/x-www-form-urlencoded` unless a header names another type).
-fn send(server: &HttpServer, method: &str, path: &str, headers: &[&str], body: Option<&str>) -> Reply {
-    let url = format!("{}{path}", server.base);
-    let mut args = vec!["-X", method];
-    for h in headers {
-        args.extend(["-H", h]);
-    }
-    if let Some(body) = body {
-        args.extend(["--data-binary", body]);
-    }
-    args.push(&url);
-    curl(server, &args)
-}
 
 fn json_of(reply: &Reply) -> Value {
     serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", reply.status, reply.body))

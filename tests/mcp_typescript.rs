@@ -14,7 +14,7 @@ mod common;
 
 use common::{HttpServer, curl};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use serde_json::{Value, json};
@@ -25,18 +25,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// their imports next to the importing file, so the script runs from the install, not the clone.
 fn client() -> &'static Path {
     static CLIENT: OnceLock<PathBuf> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        let out = Command::new(Path::new(ROOT).join("scripts/mcp-ts-client-env.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/mcp-ts-client-env.sh");
-        assert!(
-            out.status.success(),
-            "scripts/mcp-ts-client-env.sh failed: the TypeScript MCP client needs node, npm and the npm registry"
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        PathBuf::from(text.lines().last().expect("the script prints the client's path").trim())
-    })
+    CLIENT.get_or_init(|| common::client_from_script("mcp-ts-client-env.sh", "node, npm and the npm registry"))
 }
 
 /// Runs the client and returns its JSON report (it prints one in every case, failures included).

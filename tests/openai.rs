@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -270,10 +270,8 @@ fn a_client_that_hangs_up_stops_costing() {
 }
 
 /// The pinned venv of the official `openai` SDK and the `openai-agents` framework.
-fn sdk_python() -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(root.join("scripts/openai-client-env.sh")).output().expect("run openai-client-env.sh");
-    common::ok(&out).lines().last().expect("the interpreter").trim().to_string()
+fn sdk_python() -> PathBuf {
+    common::client_from_script("openai-client-env.sh", "PyPI for the OpenAI clients' venv")
 }
 
 #[test]

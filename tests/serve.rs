@@ -18,15 +18,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The Python interpreter of the client's virtual environment (created once, then cached).
 fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let out = Command::new(Path::new(ROOT).join("scripts/mcp-client-env.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/mcp-client-env.sh");
-        assert!(out.status.success(), "scripts/mcp-client-env.sh failed: the MCP client venv needs PyPI");
-        let text = String::from_utf8_lossy(&out.stdout);
-        PathBuf::from(text.lines().last().expect("the script prints the interpreter").trim())
-    })
+    PYTHON.get_or_init(|| common::client_from_script("mcp-client-env.sh", "PyPI for the MCP client's venv"))
 }
 
 /// Runs `tests/mcp/client.py` and returns its JSON report.
@@ -440,17 +432,9 @@ fn sft_job(init: &str, steps: u64) -> String {
 
 /// One request to the daemon's HTTP API, with the bearer token when there is one.
 fn api(server: &HttpServer, method: &str, path: &str, body: Option<&str>, token: Option<&str>) -> Reply {
-    let url = format!("{}{path}", server.base);
     let auth = token.map(|t| format!("Authorization: Bearer {t}"));
-    let mut args = vec!["-X", method, "-H", JSON];
-    if let Some(auth) = &auth {
-        args.extend(["-H", auth.as_str()]);
-    }
-    if let Some(body) = body {
-        args.extend(["--data", body]);
-    }
-    args.push(&url);
-    curl(server, &args)
+    let headers: Vec<&str> = [JSON].into_iter().chain(auth.as_deref()).collect();
+    common::send(server, method, path, &headers, body)
 }
 
 fn json_of(reply: &Reply) -> Value {

@@ -88,6 +88,34 @@ pub struct Reply {
     pub body: String,
 }
 
+/// Runs `scripts/NAME`, a script that installs a pinned client (a Python venv, an npm package)
+/// into a cache, and returns the path it prints last (the interpreter or the client to run).
+/// `needs` says what the install needs, for the failure message.
+pub fn client_from_script(name: &str, needs: &str) -> std::path::PathBuf {
+    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(name))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run scripts/{name}: {e}"));
+    assert!(out.status.success(), "scripts/{name} failed: it needs {needs}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    std::path::PathBuf::from(text.lines().last().unwrap_or_else(|| panic!("scripts/{name} printed no path")).trim())
+}
+
+/// One request to the server with extra headers; `body` is sent as given (curl calls it
+/// `application/x-www-form-urlencoded` unless a header names another type).
+pub fn send(server: &HttpServer, method: &str, path: &str, headers: &[&str], body: Option<&str>) -> Reply {
+    let url = format!("{}{path}", server.base);
+    let mut args = vec!["-X", method];
+    for h in headers {
+        args.extend(["-H", h]);
+    }
+    if let Some(body) = body {
+        args.extend(["--data-binary", body]);
+    }
+    args.push(&url);
+    curl(server, &args)
+}
+
 /// One HTTP exchange with curl (present wherever the setup script ran).
 pub fn curl(_server: &HttpServer, args: &[&str]) -> Reply {
     let out = Command::new("curl").args(["-sS", "-D", "-", "--max-time", "60"]).args(args).output().expect("run curl");
