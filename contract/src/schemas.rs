@@ -103,6 +103,22 @@ pub fn standard_formats(schema: &mut Value) {
     }
 }
 
+/// What a golden test of a generated file does: with `TOOLSMITH_BLESS` set, writes `schema` to
+/// `path`; either way, fails (naming `bless`, the command that rewrites it) unless the file
+/// holds exactly `schema`, pretty-printed with a final newline.
+pub fn check_committed(path: &Path, schema: &Value, bless: &str) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(schema).map_err(|e| e.to_string())? + "\n";
+    if std::env::var_os("TOOLSMITH_BLESS").is_some() {
+        std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    if committed == text {
+        Ok(())
+    } else {
+        Err(format!("{} is out of date with the Rust types; run TOOLSMITH_BLESS=1 {bless}", path.display()))
+    }
+}
+
 #[cfg(test)]
 mod format_tests {
     use super::standard_formats;
@@ -128,21 +144,5 @@ mod format_tests {
         assert_eq!(schema["properties"]["list"]["items"], json!({"type": "integer"}));
         assert_eq!(schema["properties"]["either"]["anyOf"][0], json!({"type": "integer"}));
         assert_eq!(schema["$defs"]["x"], json!({}));
-    }
-}
-
-/// What a golden test of a generated file does: with `TOOLSMITH_BLESS` set, writes `schema` to
-/// `path`; either way, fails (naming `bless`, the command that rewrites it) unless the file
-/// holds exactly `schema`, pretty-printed with a final newline.
-pub fn check_committed(path: &Path, schema: &Value, bless: &str) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(schema).map_err(|e| e.to_string())? + "\n";
-    if std::env::var_os("TOOLSMITH_BLESS").is_some() {
-        std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
-    if committed == text {
-        Ok(())
-    } else {
-        Err(format!("{} is out of date with the Rust types; run TOOLSMITH_BLESS=1 {bless}", path.display()))
     }
 }

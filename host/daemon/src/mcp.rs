@@ -250,10 +250,8 @@ fn check_params(method: &str, params: Option<&Value>) -> Result<(), String> {
                 return Err("\"arguments\" must be an object".into());
             }
         }
-        "tools/list" => {
-            if params.get("cursor").is_some_and(|c| !c.is_string() && !c.is_null()) {
-                return Err("\"cursor\" must be a string".into());
-            }
+        "tools/list" if params.get("cursor").is_some_and(|c| !c.is_string() && !c.is_null()) => {
+            return Err("\"cursor\" must be a string".into());
         }
         _ => {}
     }
