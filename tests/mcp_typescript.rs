@@ -31,13 +31,7 @@ fn client() -> &'static Path {
 /// Runs the client and returns its JSON report (it prints one in every case, failures included).
 fn ts_client(args: &[&str]) -> (Output, Value) {
     let out = Command::new("node").arg(client()).args(args).output().expect("run node");
-    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the client printed no report ({e})\nstdout: {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let report = common::report_of(&out);
     (out, report)
 }
 

@@ -29,13 +29,7 @@ fn python_client(args: &[&str]) -> (Output, Value) {
         .env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
         .output()
         .expect("run the Python MCP client");
-    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the client printed no report ({e})\nstdout: {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let report = common::report_of(&out);
     (out, report)
 }
 

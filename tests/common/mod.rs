@@ -101,6 +101,18 @@ pub fn client_from_script(name: &str, needs: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(text.lines().last().unwrap_or_else(|| panic!("scripts/{name} printed no path")).trim())
 }
 
+/// The JSON report a test client printed on stdout (it prints one whether its checks passed or
+/// not); a client that printed none fails the test with both of its streams.
+pub fn report_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client printed no report ({e})\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// One request to the server with extra headers; `body` is sent as given (curl calls it
 /// `application/x-www-form-urlencoded` unless a header names another type).
 pub fn send(server: &HttpServer, method: &str, path: &str, headers: &[&str], body: Option<&str>) -> Reply {
