@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::schemas::served_schema;
 use crate::{Manifest, ManifestError, ToolKind};
 
 impl Manifest {
@@ -20,14 +21,11 @@ impl Manifest {
         }
         // Schemas written before formats were normalised (or by another generator) are served
         // with the standard formats only.
-        let (mut input, mut output) = (self.input_schema.clone(), self.output_schema.clone());
-        crate::schemas::standard_formats(&mut input);
-        crate::schemas::standard_formats(&mut output);
         json!({
             "name": self.name,
             "description": self.description,
-            "inputSchema": input,
-            "outputSchema": output,
+            "inputSchema": served_schema(&self.input_schema),
+            "outputSchema": served_schema(&self.output_schema),
             "_meta": meta,
         })
     }
@@ -52,14 +50,12 @@ impl Manifest {
     /// The OpenAI function-calling definition (`{"type": "function", "function": {...}}`). OpenAI
     /// has no slot for an output schema; the description is all a model sees of the result.
     pub fn to_openai_function(&self) -> Value {
-        let mut parameters = self.input_schema.clone();
-        crate::schemas::standard_formats(&mut parameters);
         json!({
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": parameters,
+                "parameters": served_schema(&self.input_schema),
             }
         })
     }

@@ -62,6 +62,13 @@ pub const STANDARD_FORMATS: [&str; 19] = [
     "regex",
 ];
 
+/// `schema` as it is served: a copy with [`standard_formats`] applied.
+pub fn served_schema(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    standard_formats(&mut schema);
+    schema
+}
+
 /// Drops every `format` that JSON Schema does not define, in `schema` and its subschemas.
 /// schemars marks Rust integers `"format": "uint"`, `"int32"` and so on; strict validators (Ajv,
 /// which the TypeScript MCP SDK uses) warn about each unknown one, and the range they stand for

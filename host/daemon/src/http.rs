@@ -207,11 +207,13 @@ fn cookie_name(port: u16) -> String {
     format!("toolsmith_token_{port}")
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes` (cookie values here, `tools/list` cursors in the daemon).
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
+/// The bytes of [`hex`]'s output; `None` for anything else.
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }

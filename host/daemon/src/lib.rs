@@ -200,21 +200,15 @@ pub enum ListError {
 /// The opaque cursor of the page after tool `name`: versioned and hex-encoded, so a client
 /// cannot mistake it for a name and a made-up one is refused rather than taken as a position.
 fn page_cursor(name: &str) -> String {
-    let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("{CURSOR_PREFIX}{hex}")
+    format!("{CURSOR_PREFIX}{}", http::hex(name.as_bytes()))
 }
 
 const CURSOR_PREFIX: &str = "tools.1.";
 
 /// The tool name a [`page_cursor`] stands for; `None` for anything else.
 fn cursor_name(cursor: &str) -> Option<String> {
-    let hex = cursor.strip_prefix(CURSOR_PREFIX)?;
-    if hex.is_empty() || !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> =
-        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect();
-    String::from_utf8(bytes?).ok()
+    let hex = cursor.strip_prefix(CURSOR_PREFIX).filter(|h| !h.is_empty())?;
+    String::from_utf8(http::unhex(hex)?).ok()
 }
 
 /// Errors that stop the daemon from starting.
@@ -651,17 +645,12 @@ pub fn mcp_output(manifest: &Manifest, value: Value) -> Value {
 
 /// A tool's output schema as MCP `outputSchema`: wrapped like [`mcp_output`] wraps results.
 pub fn mcp_output_schema(manifest: &Manifest) -> Value {
-    let mut schema = if wraps_output(manifest) {
-        json!({
-            "type": "object",
-            "properties": { "result": manifest.output_schema },
-            "required": ["result"],
-        })
+    let schema = toolsmith_contract::schemas::served_schema(&manifest.output_schema);
+    if wraps_output(manifest) {
+        json!({"type": "object", "properties": { "result": schema }, "required": ["result"]})
     } else {
-        manifest.output_schema.clone()
-    };
-    toolsmith_contract::schemas::standard_formats(&mut schema);
-    schema
+        schema
+    }
 }
 
 /// A manifest as an MCP tool (see [`Manifest::to_mcp_tool`]), with [`mcp_output_schema`].

@@ -153,11 +153,7 @@ async fn search(daemon: &Daemon, args: Value) -> Result<CallReply, StructuredErr
                     description: hit.description,
                     kind: hit.kind.to_string(),
                     score: hit.score,
-                    input_schema: {
-                        let mut schema = manifest.input_schema.clone();
-                        toolsmith_contract::schemas::standard_formats(&mut schema);
-                        schema
-                    },
+                    input_schema: toolsmith_contract::schemas::served_schema(&manifest.input_schema),
                     output_schema: super::mcp_output_schema(manifest),
                     via: hit.explain.via.map(|(from, _)| from),
                 });

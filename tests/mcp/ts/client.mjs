@@ -472,6 +472,16 @@ async function scenario(args) {
     return sc;
   };
 
+  // A JSON-RPC error the step expects to be `-32602` (invalid params): recorded, and checked.
+  const recordInvalidParams = (stepName, out, e) => {
+    if (!(e instanceof sdk.McpError)) throw e;
+    out.outcome = 'protocol_error';
+    out.code = e.code;
+    out.message = e.message;
+    out.data = e.data ?? null;
+    check(stepName, e.code === INVALID_PARAMS, `expected code ${INVALID_PARAMS}, got ${e.code}: ${e.message}`);
+  };
+
   // a. connect: initialize + initialized -----------------------------------------------------
   await step('connect', async (out) => {
     await client.connect(transport, requestOptions);
@@ -496,12 +506,7 @@ async function scenario(args) {
       out.tool_names = (page.tools ?? []).map((t) => t.name);
       fail('bogus_cursor', `tools/list with cursor "not-a-cursor" succeeded (${out.tool_names.length} tools)`);
     } catch (e) {
-      if (!(e instanceof sdk.McpError)) throw e;
-      out.outcome = 'protocol_error';
-      out.code = e.code;
-      out.message = e.message;
-      out.data = e.data ?? null;
-      check('bogus_cursor', e.code === INVALID_PARAMS, `expected code ${INVALID_PARAMS}, got ${e.code}: ${e.message}`);
+      recordInvalidParams('bogus_cursor', out, e);
     }
   });
 
@@ -580,12 +585,7 @@ async function scenario(args) {
       const got = JSON.stringify(result).slice(0, 400);
       fail('unknown_tool', `calling an unknown tool should be a protocol error, got ${got}`);
     } catch (e) {
-      if (!(e instanceof sdk.McpError)) throw e;
-      out.outcome = 'protocol_error';
-      out.code = e.code;
-      out.message = e.message;
-      out.data = e.data ?? null;
-      check('unknown_tool', e.code === INVALID_PARAMS, `expected code ${INVALID_PARAMS}, got ${e.code}: ${e.message}`);
+      recordInvalidParams('unknown_tool', out, e);
       check(
         'unknown_tool',
         e.data?.error?.kind === 'not_found',
