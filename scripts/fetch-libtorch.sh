@@ -7,7 +7,7 @@
 #                            the wheel's own one needs libtorch_cuda.so and gigabytes of CUDA).
 #   .deps/libtorch/include/  the C++ headers torch-sys compiles against.
 #   .deps/libtorch/build-version
-# On a GPU machine, point LIBTORCH at a CUDA build of the same version instead (see README).
+# On a GPU machine, point LIBTORCH at a CUDA build of the same version instead (see docs/install.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -31,7 +31,7 @@ pub struct Settings {
     /// Weight of the usage/reward prior in the final score (0 disables it).
     pub prior_weight: f32,
     /// A tool registered within this cosine of an existing one merges into it (SEARL's delta).
-    /// Chosen from the bundled tools and the labelled set: see ARCHITECTURE.md.
+    /// Chosen from the bundled tools and the labelled set: see docs/architecture.md.
     pub merge_threshold: f32,
 }
 

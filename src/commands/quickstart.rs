@@ -268,7 +268,7 @@ MCP (`toolsmith serve --stdio`), one session over a pipe:"
         session.await??;
         anyhow::Ok(())
     })?;
-    println!("  serve it: toolsmith serve --stdio | --http 127.0.0.1:8750 (see README: Serving tools over MCP)");
+    println!("  serve it: toolsmith serve --stdio | --http 127.0.0.1:8750 (docs/guide/serving-mcp.md)");
     Ok(())
 }
 
@@ -908,9 +908,7 @@ fn daemon_training_section(env: &Env) -> Result<()> {
         tracing::error!("the quickstart's job runner panicked");
     }
     result?;
-    println!(
-        "  try it: toolsmith jobs submit sft --preset tiny-world --watch   (README: Running training in the daemon)"
-    );
+    println!("  try it: toolsmith jobs submit sft --preset tiny-world --watch   (docs/guide/jobs.md)");
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 //! shared: rollouts, token-exact sequences, [`token_advantages`], the clipped loss, checkpoints.
 //!
 //! A new method is a file with a `static METHOD: MethodSpec` and one more line in [`METHODS`]:
-//! [`gigpo`], the fifth, was added that way (ARCHITECTURE.md walks through it).
+//! [`gigpo`], the fifth, was added that way (docs/architecture.md walks through it).
 
 pub mod gap;
 pub mod gigpo;
