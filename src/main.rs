@@ -69,6 +69,13 @@ enum Command {
         #[arg(value_enum, default_value = "manifest")]
         which: commands::SchemaName,
     },
+    /// Print a page of the docs book's reference (docs/reference/), drawn from the code.
+    #[command(hide = true)]
+    Reference {
+        /// Which page.
+        #[arg(value_enum)]
+        page: commands::reference::Page,
+    },
 }
 
 fn main() -> ExitCode {
@@ -90,6 +97,7 @@ fn main() -> ExitCode {
         Command::World(cmd) => commands::agent::world(&env, cmd),
         Command::Tools(cmd) => commands::tools::run(&env, cmd),
         Command::Schema { which } => commands::print_schema(which),
+        Command::Reference { page } => commands::reference::run(page, <Cli as clap::CommandFactory>::command()),
     };
     match result {
         Ok(code) => code,

@@ -9,6 +9,7 @@ use indicatif::ProgressBar;
 use serde_json::{Value, json};
 use toolsmith_train::config::SftConfig;
 use toolsmith_train::rl::{Method, RlConfig};
+use toolsmith_train::{Init, RunConfig};
 
 #[derive(Debug, Args)]
 pub struct JobsArgs {
@@ -184,23 +185,6 @@ fn job_config(
     method: Option<String>,
     o: Overrides,
 ) -> Result<Value> {
-    macro_rules! apply {
-        ($config:ident) => {{
-            if let Some(v) = o.init {
-                $config.init = v;
-            }
-            if let Some(v) = o.seed {
-                $config.seed = v;
-            }
-            if let Some(v) = o.lr {
-                $config.lr = v;
-            }
-            super::train::held_out(&mut $config.eval, o.no_eval, None, o.eval_world);
-            if let Some(p) = &preset {
-                $config.check_preset(p)?;
-            }
-        }};
-    }
     Ok(match kind {
         "sft" => {
             if method.is_some() || o.iterations.is_some() {
@@ -211,7 +195,7 @@ fn job_config(
                 (None, Some(f)) => SftConfig::from_file(&f)?,
                 (None, None) => SftConfig::default(),
             };
-            apply!(config);
+            apply_overrides(&mut config, &o, preset.as_deref())?;
             serde_json::to_value(config)?
         }
         "rl" => {
@@ -224,11 +208,30 @@ fn job_config(
             if let Some(v) = o.iterations {
                 config.iterations = v;
             }
-            apply!(config);
+            apply_overrides(&mut config, &o, preset.as_deref())?;
             serde_json::to_value(config)?
         }
         other => bail!("no job kind {other:?}: sft or rl"),
     })
+}
+
+/// Applies a submission's flags to its config (SFT's or RL's), then checks it still suits its
+/// preset.
+fn apply_overrides(config: &mut impl RunConfig, o: &Overrides, preset: Option<&str>) -> Result<()> {
+    if let Some(init) = &o.init {
+        config.run_mut().init = Init::parse(init);
+    }
+    if let Some(seed) = o.seed {
+        config.run_mut().seed = seed;
+    }
+    if let Some(lr) = o.lr {
+        *config.lr_mut() = lr;
+    }
+    super::train::held_out(config.eval_mut(), o.no_eval, None, o.eval_world);
+    if let Some(p) = preset {
+        config.check_preset(p)?;
+    }
+    Ok(())
 }
 
 /// Follows `/jobs/{id}/metrics` (server-sent events) with a progress bar.

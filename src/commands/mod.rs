@@ -8,6 +8,7 @@ pub mod plugin;
 pub mod policy;
 pub mod python;
 pub mod quickstart;
+pub mod reference;
 pub mod serve;
 pub mod tools;
 pub mod train;

@@ -16,7 +16,7 @@ use toolsmith_train::config::SftConfig;
 use toolsmith_train::metrics::EvalMetrics;
 use toolsmith_train::metrics::Record;
 use toolsmith_train::rl::{Method, RlConfig, RlTrainer};
-use toolsmith_train::{Event, Resume, metrics, report, sft};
+use toolsmith_train::{DeviceChoice, Event, Init, Resume, RunConfig, metrics, report, sft};
 
 use super::Env;
 
@@ -60,8 +60,8 @@ pub struct RunArgs {
     pub preset: Option<String>,
     /// The starting model: `tiny` (fresh), `smollm2-135m` (fetched by setup) or a checkpoint
     /// directory (e.g. an SFT run's RUN/final).
-    #[arg(long)]
-    pub init: Option<String>,
+    #[arg(long, value_parser = parse_init)]
+    pub init: Option<Init>,
     /// Seeds of the generated training worlds (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub train_worlds: Vec<u64>,
@@ -72,8 +72,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// auto, cpu, cuda or cuda:N.
-    #[arg(long)]
-    pub device: Option<String>,
+    #[arg(long, value_parser = DeviceChoice::parse)]
+    pub device: Option<DeviceChoice>,
     /// CPU threads for libtorch (0: its default).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -131,46 +131,45 @@ pub(super) fn methods() -> clap::builder::PossibleValuesParser {
         .into()
 }
 
-/// Applies the [`RunArgs`] flags given to a config (SFT's or RL's: the fields share names).
-macro_rules! apply_run_flags {
-    ($config:ident, $run:expr) => {{
-        let run: &RunArgs = $run;
-        if let Some(v) = run.init.clone() {
-            $config.init = v;
-        }
-        if let Some(v) = run.lr {
-            $config.lr = v;
-        }
-        if let Some(v) = run.seed {
-            $config.seed = v;
-        }
-        if let Some(v) = run.device.clone() {
-            $config.device = v;
-        }
-        if let Some(v) = run.threads {
-            $config.threads = v;
-        }
-        if let Some(v) = run.eval_every {
-            $config.eval_every = v;
-        }
-        if let Some(v) = run.checkpoint_every {
-            $config.checkpoint_every = v;
-        }
-        if run.trainable_layers.is_some() {
-            $config.trainable_layers = run.trainable_layers;
-        }
-        if run.gradient_checkpointing {
-            $config.gradient_checkpointing = true;
-        }
-        if let Some(rank) = run.lora_rank {
-            let lora = $config.lora.get_or_insert_with(|| toolsmith_policy::LoraConfig {
-                alpha: 2.0 * rank as f64,
-                ..toolsmith_policy::LoraConfig::default()
-            });
-            lora.rank = rank;
-        }
-        held_out(&mut $config.eval, run.no_eval, run.eval_tasks, run.eval_world);
-    }};
+/// `--init`'s values: every string is one (a name, `tiny`, or a directory).
+fn parse_init(spec: &str) -> Result<Init, std::convert::Infallible> {
+    Ok(Init::parse(spec))
+}
+
+/// Applies the [`RunArgs`] flags given to a config (SFT's or RL's).
+fn apply_run_flags(config: &mut impl RunConfig, flags: &RunArgs) {
+    if let Some(lr) = flags.lr {
+        *config.lr_mut() = lr;
+    }
+    if let Some(every) = flags.checkpoint_every {
+        *config.checkpoint_every_mut() = every;
+    }
+    held_out(config.eval_mut(), flags.no_eval, flags.eval_tasks, flags.eval_world);
+    let run = config.run_mut();
+    if let Some(init) = &flags.init {
+        run.init = init.clone();
+    }
+    if let Some(seed) = flags.seed {
+        run.seed = seed;
+    }
+    if let Some(device) = flags.device {
+        run.device = device;
+    }
+    if let Some(threads) = flags.threads {
+        run.threads = threads;
+    }
+    if let Some(every) = flags.eval_every {
+        run.eval_every = every;
+    }
+    if flags.trainable_layers.is_some() {
+        run.trainable_layers = flags.trainable_layers;
+    }
+    if flags.gradient_checkpointing {
+        run.gradient_checkpointing = true;
+    }
+    if let Some(rank) = flags.lora_rank {
+        run.set_lora_rank(rank);
+    }
 }
 
 #[derive(Debug, Args)]
@@ -277,7 +276,7 @@ fn resolve(args: &SftArgs) -> Result<SftConfig> {
     }
     set!(epochs => epochs, batch_tokens => batch_tokens, micro_batch_tokens => micro_batch_tokens,
          first_turn_weight => first_turn_weight);
-    apply_run_flags!(config, &args.run);
+    apply_run_flags(&mut config, &args.run);
     if let Some(steps) = args.steps {
         config.steps = Some(steps);
     } else if args.epochs.is_some() {
@@ -437,7 +436,7 @@ fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
     if let Some(max_tokens) = args.max_tokens {
         config = config.with_max_tokens(max_tokens);
     }
-    apply_run_flags!(config, &args.run);
+    apply_run_flags(&mut config, &args.run);
     if args.no_graph {
         config.graph = None;
     }

@@ -367,7 +367,7 @@ pub(crate) fn job_checkpoint_graphs(job: &str, run: &Path) -> Vec<(CheckpointGra
         .filter_map(|entry| {
             let name = entry.file_name();
             let step = name.to_str()?.strip_prefix("step-")?.parse().ok()?;
-            let path = entry.path().join(toolsmith_train::rl::graph::REGISTRY_FILE);
+            let path = entry.path().join(toolsmith_train::rl::training_graph::REGISTRY_FILE);
             path.is_file().then(|| (CheckpointGraph { job: job.to_string(), step, tools: 0 }, path))
         })
         .collect();

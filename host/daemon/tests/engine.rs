@@ -26,6 +26,7 @@ use toolsmith_train::rl::config::OldLogprobs;
 use toolsmith_train::rl::episode::episode_sequences;
 use toolsmith_train::rl::{Method, RlConfig, RlTrainer};
 use toolsmith_train::sequence::SequenceBuilder;
+use toolsmith_train::{DeviceChoice, Init, PrecisionChoice, RunSettings};
 
 /// Serves a tiny policy of `seed` on a free port; returns its base URL and the served policy.
 fn engine(runtime: &tokio::runtime::Runtime, seed: u64) -> (String, Arc<Mutex<Policy>>) {
@@ -114,10 +115,13 @@ fn gap_on_engine(iterations: u64, engine: EngineConfig) -> RlConfig {
         dynamic_sampling: false,
         overlong_cache: 4,
         lr: 1e-3,
-        threads: 1,
-        device: "cpu".into(),
-        precision: "f32".into(),
         engine: Some(engine),
+        run: RunSettings {
+            threads: 1,
+            device: DeviceChoice::Cpu,
+            precision: PrecisionChoice::Fixed(toolsmith_policy::Precision::F32),
+            ..RlConfig::for_method(Method::GAP).run.clone()
+        },
         ..RlConfig::for_method(Method::GAP)
     }
 }

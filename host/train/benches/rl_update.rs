@@ -55,13 +55,13 @@ fn main() {
     let script = common::repo_root().join("host/train/benches/rl_update_reference.py");
     let lora = support::lora();
     let config = support::sft_config(steps, threads);
-    assert_eq!(config.device, "cpu", "the RL update bench runs on the CPU");
+    assert_eq!(config.run.device, toolsmith_train::DeviceChoice::Cpu, "the RL update bench runs on the CPU");
     let loss = LossConfig::default();
     println!(
         "RL update, {} ({}, trainable_layers {:?}, lora rank {:?}), {threads} thread(s), {steps} steps of {} tokens, {epochs} epochs, {rounds} rounds",
-        config.init,
-        config.precision,
-        config.trainable_layers,
+        config.run.init,
+        config.run.precision,
+        config.run.trainable_layers,
         lora.as_ref().map(|l| l.rank),
         config.batch_tokens
     );

@@ -31,11 +31,11 @@ fn main() {
     let config = support::sft_config(steps, threads);
     println!(
         "SFT step loop, {} on {} ({}, trainable_layers {:?}, gradient checkpointing {}, lora rank {:?}), {threads} thread(s), {steps} steps of {} tokens, {rounds} rounds",
-        config.init,
-        config.device,
-        config.precision,
-        config.trainable_layers,
-        config.gradient_checkpointing,
+        config.run.init,
+        config.run.device,
+        config.run.precision,
+        config.run.trainable_layers,
+        config.run.gradient_checkpointing,
         lora.as_ref().map(|l| l.rank),
         config.batch_tokens
     );
@@ -83,7 +83,7 @@ fn main() {
             .filter_map(|r| if let Record::Train(s) = r { Some((s.loss, s.tokens_per_sec)) } else { None })
             .collect();
         let (ref_losses, ref_rates, their_rss) =
-            support::run_reference(&script, &init, &plan_path, threads, &[config.device.as_str()]);
+            support::run_reference(&script, &init, &plan_path, threads, &[config.run.device.to_string().as_str()]);
         for ((a, _), b) in steps_ours.iter().zip(&ref_losses) {
             max_diff = max_diff.max((a - b).abs());
         }

@@ -15,8 +15,8 @@ use toolsmith_agent::{Agent, AgentConfig, Mode, ToolFormat};
 use toolsmith_policy::{Policy, Tokenizer};
 
 use crate::TrainError;
-use crate::config::EvalConfig;
 use crate::metrics::{EvalMetrics, ModeFigures};
+use crate::settings::EvalConfig;
 
 /// Builds the tools an agent uses over a corpus (search, plugins, Python).
 pub type ToolsFor<'a> = dyn Fn(Arc<Corpus>) -> Arc<dyn Executor> + 'a;

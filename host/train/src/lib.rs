@@ -3,7 +3,7 @@
 //! Training starts from conversations and ends in a checkpoint that any Toolsmith command (or
 //! `transformers`) loads:
 //!
-//! - [`chat`]: conversations from JSON lines (Toolsmith's trace files or OpenAI-style `messages`
+//! - [`conversation`]: conversations from JSON lines (Toolsmith's trace files or OpenAI-style `messages`
 //!   with `tool` roles), with turns given as text or as token ids (what a rollout generated).
 //! - [`sequence`]: one conversation becomes one token sequence plus a loss mask over exactly the
 //!   assistant's own tokens and its end-of-turn token (observation masking). The sequence is the
@@ -12,6 +12,8 @@
 //!   decay, global-norm clipping, fp32 master weights under bf16.
 //! - [`checkpoint`]: a run directory whose checkpoints hold weights, optimiser moments, the
 //!   schedule and data position and the metrics so far, each written whole or not at all.
+//! - [`settings`]: what SFT and RL runs share (the starting model, device, precision, seed, which
+//!   weights train), one type flattened into both configs.
 //! - [`run`]: the trainer core both kinds of training drive: setup and the checks of a resume,
 //!   the loop, the guarded update, evaluation and checkpoint cadence, one event type.
 //! - [`sft`]: supervised fine-tuning over those pieces, with held-out evaluation ([`heldout`])
@@ -20,7 +22,7 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use toolsmith_train::chat::read_chats;
+//! use toolsmith_train::conversation::read_chats;
 //! use toolsmith_train::sequence::SequenceBuilder;
 //! let policy = toolsmith_policy::Policy::tiny(0, Default::default())?;
 //! let builder = SequenceBuilder::for_policy(&policy)?;
@@ -32,9 +34,9 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod chat;
 pub mod checkpoint;
 pub mod config;
+pub mod conversation;
 pub mod heldout;
 pub mod metrics;
 pub mod optim;
@@ -42,12 +44,14 @@ pub mod report;
 pub mod rl;
 pub mod run;
 pub mod sequence;
+pub mod settings;
 pub mod sft;
 
 use std::path::{Path, PathBuf};
 
 pub use config::SftConfig;
 pub use run::{Event, Resume};
+pub use settings::{DeviceChoice, Init, PrecisionChoice, RunConfig, RunSettings};
 pub use sft::SftTrainer;
 
 /// What can go wrong while training.

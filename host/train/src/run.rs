@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use serde::Serialize;
 use serde_json::Value;
 use toolsmith_policy::Policy;
 use toolsmith_policy::tch::Tensor;
@@ -30,6 +29,7 @@ use crate::checkpoint::{OPTIMIZER_STATE, Restored, RunDir, TrainerState, write_j
 use crate::heldout::HeldOut;
 use crate::metrics::{EvalMetrics, MetricsWriter, Record, ResumeRecord};
 use crate::optim::{AdamW, AdamWConfig, Schedule};
+use crate::settings::RunConfig;
 
 /// What a run reports as it goes.
 #[derive(Debug)]
@@ -227,7 +227,7 @@ impl Core {
             eval_every: setup.eval_every,
             checkpoint_every: setup.checkpoint_every,
             keep_checkpoints: setup.keep_checkpoints,
-            dropout: setup.config.lora().is_some_and(|l| l.dropout > 0.0),
+            dropout: setup.config.run().lora.as_ref().is_some_and(|l| l.dropout > 0.0),
         })
     }
 
@@ -357,62 +357,6 @@ impl Core {
 pub(crate) const RESUMABLE_IN_ANY_RUN: &[&str] =
     &["eval", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device", "gradient_checkpointing"];
 
-/// What the core needs to know of a run's settings (SFT's and RL's configs).
-pub(crate) trait RunConfig: Serialize + serde::de::DeserializeOwned {
-    /// `sft` or `rl`.
-    const KIND: &'static str;
-    /// The settings of this kind of run a resume may change, besides [`RESUMABLE_IN_ANY_RUN`].
-    const RESUMABLE: &'static [&'static str];
-    /// CPU threads for libtorch (0: its default).
-    fn threads(&self) -> usize;
-    /// `auto`, `cpu`, `cuda` or `cuda:N`.
-    fn device(&self) -> &str;
-    /// `auto`, `f32` or `bf16`.
-    fn precision(&self) -> &str;
-    /// The top decoder layers that train (`None`: every weight).
-    fn trainable_layers(&self) -> Option<usize>;
-    /// LoRA adapters to train instead of the weights.
-    fn lora(&self) -> Option<&toolsmith_policy::LoraConfig>;
-    /// The run's seed (the adapters' initial draw).
-    fn seed(&self) -> u64;
-}
-
-/// Implements [`RunConfig`] for a config with `threads`, `device`, `precision` and
-/// `trainable_layers` fields.
-macro_rules! run_config {
-    ($config:ty, $kind:literal, $resumable:expr) => {
-        impl $crate::run::RunConfig for $config {
-            const KIND: &'static str = $kind;
-            const RESUMABLE: &'static [&'static str] = $resumable;
-
-            fn threads(&self) -> usize {
-                self.threads
-            }
-
-            fn device(&self) -> &str {
-                &self.device
-            }
-
-            fn precision(&self) -> &str {
-                &self.precision
-            }
-
-            fn trainable_layers(&self) -> Option<usize> {
-                self.trainable_layers
-            }
-
-            fn lora(&self) -> Option<&toolsmith_policy::LoraConfig> {
-                self.lora.as_ref()
-            }
-
-            fn seed(&self) -> u64 {
-                self.seed
-            }
-        }
-    };
-}
-pub(crate) use run_config;
-
 /// The global generator's seed for unit `step` of a run seeded `seed`.
 fn unit_seed(seed: u64, step: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ step
@@ -422,7 +366,8 @@ fn unit_seed(seed: u64, step: u64) -> u64 {
 /// the top `trainable_layers` only, when set), or frozen below its `trainable_layers` (checked
 /// against the model before anything is written).
 pub(crate) fn trainable<C: RunConfig>(mut policy: Policy, config: &C) -> Result<Policy, TrainError> {
-    let wanted = match (config.lora(), config.trainable_layers()) {
+    let settings = config.run();
+    let wanted = match (settings.lora.as_ref(), settings.trainable_layers) {
         (Some(lora), Some(n)) => Some(lora.on_top_layers(n, policy.layer_count())?),
         (lora, _) => lora.cloned(),
     };
@@ -432,14 +377,14 @@ pub(crate) fn trainable<C: RunConfig>(mut policy: Policy, config: &C) -> Result<
                 "the checkpoint's LoRA adapters ({has:?}) are not the ones configured ({wanted:?})"
             )));
         }
-        (Some(wanted), None) => policy.add_lora(wanted, config.seed())?,
+        (Some(wanted), None) => policy.add_lora(wanted, settings.seed)?,
         (None, Some(_)) => {
             return Err(TrainError::Config("the checkpoint carries LoRA adapters but the run has no lora".into()));
         }
         _ => {}
     }
     if wanted.is_none() {
-        policy.set_trainable_layers(config.trainable_layers())?;
+        policy.set_trainable_layers(settings.trainable_layers)?;
     }
     Ok(policy)
 }
@@ -460,10 +405,11 @@ pub(crate) struct Opened {
 /// asks for it and there is one) the newest checkpoint, checked to be this run's (its kind and
 /// run-defining settings; see [`check_settings`]) before anything else is loaded.
 pub(crate) fn open<C: RunConfig>(out: &Path, resume: Resume, config: &C) -> Result<Opened, TrainError> {
-    if config.threads() > 0 {
-        toolsmith_policy::set_threads(config.threads());
+    let threads = config.run().threads;
+    if threads > 0 {
+        toolsmith_policy::set_threads(threads);
     }
-    let options = crate::sft::load_options_for(config.device(), config.precision())?;
+    let options = config.run().load_options()?;
     let run = RunDir::at(out);
     if !run.should_resume(resume.wanted())? {
         return Ok(Opened { run, options, restored: None });

@@ -22,7 +22,7 @@ use std::ops::Range;
 use toolsmith_agent::backend::{BackendError, ChatTemplate, Encoded, Message};
 use toolsmith_policy::{Policy, TokenSequence, Tokenizer};
 
-use crate::chat::{Chat, Content};
+use crate::conversation::{Chat, Content};
 
 /// Why a conversation cannot be a training sequence.
 #[derive(Debug, thiserror::Error)]

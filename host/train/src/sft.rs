@@ -13,12 +13,12 @@ use toolsmith_agent::Mode;
 use toolsmith_agent::env::{Corpus, Task, World};
 use toolsmith_agent::oracle::{Oracle, install_own_tools, synthesize};
 use toolsmith_policy::tch::Kind;
-use toolsmith_policy::{LoadOptions, Policy, Precision, ScoreOptions, TokenSequence};
+use toolsmith_policy::{LoadOptions, Policy, ScoreOptions, TokenSequence};
 
 use crate::TrainError;
-use crate::chat::{Chat, read_chats};
 use crate::checkpoint::{RunDir, TrainerState};
 use crate::config::SftConfig;
+use crate::conversation::{Chat, read_chats};
 use crate::heldout::{HeldOut, ToolsFor};
 use crate::metrics::{Record, StepMetrics};
 use crate::optim::Schedule;
@@ -26,35 +26,9 @@ pub use crate::run::Event;
 use crate::run::{Core, Opened, Resume, Setup, Unit, open, padded_rows, trainable};
 use crate::sequence::{SequenceBuilder, TrainSequence};
 
-/// The device and precision named by `device` and `precision` (`auto` for either) for training:
-/// `auto` is [`Precision::auto_for_training`].
-pub fn load_options_for(device: &str, precision: &str) -> Result<LoadOptions, TrainError> {
-    let device = toolsmith_policy::parse_device(device)?;
-    let precision = match precision {
-        "auto" => Precision::auto_for_training(device),
-        other => Precision::parse(other)?,
-    };
-    precision.check(device)?;
-    Ok(LoadOptions { device, precision: Some(precision) })
-}
-
 /// The starting policy: a fresh tiny model (with the configured context) or a checkpoint.
 pub fn init_policy(config: &SftConfig, options: LoadOptions) -> Result<Policy, TrainError> {
-    if config.init != "tiny" {
-        return Ok(Policy::load(&toolsmith_policy::locate(&config.init)?, options)?);
-    }
-    let mut tiny: serde_json::Value = serde_json::from_str(toolsmith_policy::TINY_CONFIG)
-        .map_err(|e| TrainError::Config(format!("tiny config: {e}")))?;
-    tiny["max_position_embeddings"] = serde_json::Value::from(config.tiny_context);
-    let mut tokenizer_config = toolsmith_policy::tokenizer::tiny_tokenizer_config();
-    tokenizer_config["model_max_length"] = serde_json::Value::from(config.tiny_context);
-    Ok(Policy::init(
-        tiny,
-        toolsmith_policy::TINY_TOKENIZER.as_bytes().to_vec(),
-        Some(tokenizer_config),
-        config.seed,
-        options,
-    )?)
+    config.run.init.load(config.run.seed, options, Some(config.tiny_context))
 }
 
 /// Where a conversation came from, for error messages: a file and line, or a world's traces and
@@ -93,7 +67,14 @@ pub fn load_chats(config: &SftConfig, tools_for: &ToolsFor<'_>) -> Result<Vec<(S
         let oracle = Oracle::new(&tasks, Mode::Gap, tokenizer.clone());
         let chosen = reusing(seed, tasks.len(), config.data.reuse);
         let examples = if chosen.is_empty() {
-            runtime.block_on(synthesize(&oracle, tools_for(corpus), &tasks, &worlds.styles, config.tool_format, || {}))
+            runtime.block_on(synthesize(
+                &oracle,
+                tools_for(corpus),
+                &tasks,
+                &worlds.styles,
+                config.run.tool_format,
+                || {},
+            ))
         } else {
             // The chosen tasks' SEARL traces run where the tools they write are installed already.
             let listed = tools_for(corpus.clone());
@@ -105,7 +86,7 @@ pub fn load_chats(config: &SftConfig, tools_for: &ToolsFor<'_>) -> Result<Vec<(S
             let written: Vec<Task> = written.into_iter().map(|(_, t)| t.clone()).collect();
             let others: Vec<Mode> = worlds.styles.iter().copied().filter(|&m| m != Mode::Searl).collect();
             let tools = tools_for(corpus);
-            let format = config.tool_format;
+            let format = config.run.tool_format;
             runtime.block_on(async {
                 let mut examples = synthesize(&oracle, tools.clone(), &tasks, &others, format, || {}).await;
                 examples.extend(synthesize(&oracle, tools, &written, &[Mode::Searl], format, || {}).await);
@@ -259,7 +240,7 @@ impl SftTrainer {
         }
         let run = RunDir::create(out)?;
         let per_epoch = {
-            let order = order(config.seed, 0, data.len());
+            let order = order(config.run.seed, 0, data.len());
             let (mut cursor, mut batches) = (0, 0u64);
             while cursor < order.len() {
                 cursor += next_batch(&data, &order, cursor, config.batch_tokens).len();
@@ -276,14 +257,14 @@ impl SftTrainer {
         };
         let setup = Setup {
             config: &config,
-            seed: config.seed,
+            seed: config.run.seed,
             data: (data_hash(&data), "the training data"),
             units: total,
             schedule,
             optimizer: config.optimizer,
-            eval_every: config.eval_every,
+            eval_every: config.run.eval_every,
             checkpoint_every: config.checkpoint_every,
-            keep_checkpoints: config.keep_checkpoints,
+            keep_checkpoints: config.run.keep_checkpoints,
             heldout,
             resume,
         };
@@ -375,7 +356,7 @@ impl Unit for SftUnit {
             policy.accumulate_gradients(
                 &sequences,
                 self.config.micro_batch_tokens,
-                &ScoreOptions::default().recomputing(self.config.gradient_checkpointing),
+                &ScoreOptions::default().recomputing(self.config.run.gradient_checkpointing),
                 |scores, range| {
                     let nll = -(&scores.logprobs * &scores.mask);
                     let Some(weights) = &weights else { return nll.sum(Kind::Float) / denominator };
@@ -388,7 +369,7 @@ impl Unit for SftUnit {
             )?
         };
         let loss = if weights.is_some() { plain } else { objective };
-        let grad_norm = core.apply(loss, self.config.max_grad_norm, lr)?;
+        let grad_norm = core.apply(loss, self.config.run.max_grad_norm, lr)?;
         let state = core.state_mut();
         (state.epoch, state.cursor) = (self.walk.epoch, self.walk.cursor);
         let seconds = started.elapsed().as_secs_f64();
@@ -427,6 +408,6 @@ pub fn prepare(
     let builder = SequenceBuilder::for_policy(&policy)?;
     let chats = load_chats(&config, tools_for)?;
     let data = build_sequences(&builder, &chats)?;
-    let heldout = config.eval.clone().map(|e| HeldOut::new(e, config.tool_format, tools_for)).transpose()?;
+    let heldout = config.eval.clone().map(|e| HeldOut::new(e, config.run.tool_format, tools_for)).transpose()?;
     SftTrainer::new(config, out, policy, data, heldout, resumed, resume)
 }

@@ -12,8 +12,8 @@ use toolsmith_agent::{Agent, AgentConfig, Mode, Oracle, Trajectory};
 use toolsmith_registry::Registry;
 use toolsmith_sandbox::python::{PythonRuntime, default_guest_path};
 use toolsmith_sandbox::{Limits, Sandbox, SandboxConfig, Toolbox};
-use toolsmith_train::rl::graph::{REGISTRY_FILE, TrainingGraph};
 use toolsmith_train::rl::reward::EpisodeReward;
+use toolsmith_train::rl::training_graph::{REGISTRY_FILE, TrainingGraph};
 
 /// The world's search and a fresh toolbox with the Python guest (no plugins: they are not what
 /// this test is about).
@@ -141,8 +141,8 @@ fn the_graph_admits_the_best_rollouts_tools_reuses_them_and_restores_from_a_chec
 /// of writing it again; the others write it.
 #[test]
 fn reuse_traces_call_the_listed_tool_an_agent_wrote_instead_of_writing_it() {
-    use toolsmith_train::chat::{Chat, Content};
     use toolsmith_train::config::{DataConfig, SftConfig, WorldsData};
+    use toolsmith_train::conversation::{Chat, Content};
 
     let worlds = WorldsData {
         seeds: vec![5],

@@ -10,6 +10,7 @@ use toolsmith_train::rl::advantage::{
 use toolsmith_train::rl::loss::{Aggregation, LossConfig, LossInputs, k3, policy_loss, token_weights};
 use toolsmith_train::rl::method;
 use toolsmith_train::rl::reward::RewardConfig;
+use toolsmith_train::{DeviceChoice, Init, PrecisionChoice, RunSettings};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol
@@ -558,9 +559,8 @@ fn tiny_rl_with(
         max_turns: 2,
         max_tokens: 24,
         lr: 1e-3,
-        threads: 1,
-        device: "cpu".into(),
         checkpoint_every: 1,
+        run: RunSettings { threads: 1, device: DeviceChoice::Cpu, ..base.run.clone() },
         ..base
     };
     // The method's overlong buffer, scaled to this short budget.
@@ -1166,7 +1166,7 @@ fn rl_with_trainable_layers_moves_only_the_top_layers() {
     let out = dir.path().join("run");
     let top_two = |c: &mut toolsmith_train::rl::RlConfig| {
         c.eval = None;
-        c.trainable_layers = Some(2);
+        c.run.trainable_layers = Some(2);
     };
     let mut trainer = tiny_rl_with(&out, 1, false, probes::EVEN, top_two).expect("prepare");
     trainer.run(&mut |_| {}).expect("trains");
@@ -1212,11 +1212,11 @@ fn rl_with_lora_trains_the_adapters_against_the_base_as_reference() {
     let out = dir.path().join("run");
     let lora = |c: &mut toolsmith_train::rl::RlConfig| {
         c.eval = None;
-        c.precision = "f32".into();
+        c.run.precision = PrecisionChoice::Fixed(toolsmith_policy::Precision::F32);
         c.lr = 1e-2;
         c.loss.kl_coef = 0.5;
         c.epochs = 2;
-        c.lora = Some(toolsmith_policy::LoraConfig {
+        c.run.lora = Some(toolsmith_policy::LoraConfig {
             rank: 4,
             alpha: 8.0,
             dropout: 0.0,
@@ -1284,7 +1284,7 @@ fn smol_presets_keep_their_methods_settings_and_fit_their_budget() {
         assert_eq!(preset.simulate.is_some(), own.simulate.is_some(), "{name}");
         assert_eq!(preset.eval.as_ref().map(|e| e.modes.clone()), own.eval.map(|e| e.modes), "{name}");
         // Sized for SmolLM2 on two cores, and held out from its training worlds.
-        assert_eq!(preset.trainable_layers, Some(8));
+        assert_eq!(preset.run.trainable_layers, Some(8));
         assert!(!preset.families.is_empty() && preset.families.len() < 5, "{name}");
         // Ten iterations of 32 episodes fit the 30 minutes with two evaluations (BENCHMARKS.md).
         assert!(preset.iterations * (preset.tasks_per_iteration * preset.group_size) as u64 <= 10 * 32, "{name}");

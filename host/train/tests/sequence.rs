@@ -10,7 +10,7 @@ use toolsmith_agent::oracle::{Oracle, synthesize};
 use toolsmith_agent::tools::LocalTools;
 use toolsmith_agent::{Mode, ToolFormat};
 use toolsmith_policy::Tokenizer;
-use toolsmith_train::chat::{Chat, Content, read_chats};
+use toolsmith_train::conversation::{Chat, Content, read_chats};
 use toolsmith_train::sequence::{SequenceBuilder, SequenceError};
 
 /// Oracle traces of a small world in the react, gap and mem styles (MemPO: one chat per turn).

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use toolsmith_agent::Mode;
 use toolsmith_agent::env::Corpus;
 use toolsmith_agent::tools::{Executor, LocalTools};
-use toolsmith_train::chat::Content;
 use toolsmith_train::config::{DataConfig, EvalConfig, SftConfig, WorldsData};
+use toolsmith_train::conversation::Content;
 use toolsmith_train::heldout::{ceiling, oracle_budgets};
 use toolsmith_train::metrics::{Record, read};
 use toolsmith_train::sft::{self, Event};
+use toolsmith_train::{DeviceChoice, Init, PrecisionChoice, RunSettings};
 
 fn tools(corpus: Arc<Corpus>) -> Arc<dyn Executor> {
     Arc::new(LocalTools::new().with_corpus(corpus))
@@ -35,8 +36,6 @@ fn config() -> SftConfig {
         warmup_ratio: 0.1,
         batch_tokens: 3000,
         micro_batch_tokens: 3000,
-        device: "cpu".into(),
-        threads: 1,
         eval: Some(EvalConfig {
             world_seed: 77,
             countries: 2,
@@ -48,6 +47,7 @@ fn config() -> SftConfig {
             before: true,
         }),
         checkpoint_every: 8,
+        run: RunSettings { device: DeviceChoice::Cpu, threads: 1, ..SftConfig::default().run },
         ..SftConfig::default()
     }
 }
@@ -121,7 +121,7 @@ fn the_smol_world_preset_is_a_valid_run_for_smollm2_only() {
     let eval = preset.eval.as_ref().expect("evaluated");
     assert!(eval.tasks_per_family >= 10 && eval.modes.len() == 4 && !eval.before);
     assert!(!preset.data.worlds.seeds.contains(&eval.world_seed));
-    let tiny = SftConfig { init: "tiny".into(), ..preset };
+    let tiny = SftConfig { run: RunSettings { init: "tiny".into(), ..preset.run.clone() }, ..preset };
     let err = tiny.check_preset("smol-world").expect_err("the tiny model").to_string();
     assert!(err.contains("tuned for SmolLM2-135M"), "{err}");
     assert!(SftConfig::preset("smol-planet").is_err());
@@ -136,7 +136,8 @@ fn the_smol_world_evaluation_leaves_room_for_the_oracles_turns() {
     let tokenizer = Arc::new(toolsmith_policy::Tokenizer::from_dir(&dir).expect("tokenizer"));
     let preset = SftConfig::preset("smol-world").expect("preset");
     let eval = preset.eval.clone().expect("evaluated");
-    let heldout = toolsmith_train::heldout::HeldOut::new(eval.clone(), preset.tool_format, &tools).expect("held out");
+    let heldout =
+        toolsmith_train::heldout::HeldOut::new(eval.clone(), preset.run.tool_format, &tools).expect("held out");
     for &mode in &eval.modes {
         let needed = oracle_budgets(heldout.tasks(), mode, &tokenizer).expect("budgets");
         let fits = ceiling(&needed, eval.max_tokens);
@@ -167,10 +168,13 @@ fn the_held_out_world_must_not_be_a_training_world() {
 #[test]
 fn gradient_checkpointing_with_lora_dropout_is_refused() {
     let lora = |dropout| toolsmith_policy::LoraConfig { dropout, ..Default::default() };
-    let c = SftConfig { gradient_checkpointing: true, lora: Some(lora(0.05)), ..config() };
+    let c = SftConfig {
+        run: RunSettings { gradient_checkpointing: true, lora: Some(lora(0.05)), ..config().run },
+        ..config()
+    };
     let err = c.validate().expect_err("dropout").to_string();
     assert!(err.contains("gradient_checkpointing") && err.contains("dropout"), "{err}");
-    SftConfig { lora: Some(lora(0.0)), ..c }.validate().expect("without dropout");
+    SftConfig { run: RunSettings { lora: Some(lora(0.0)), ..c.run.clone() }, ..c }.validate().expect("without dropout");
 }
 
 #[test]
@@ -220,8 +224,14 @@ fn a_non_finite_loss_stops_the_step_and_keeps_the_last_checkpoint() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = dir.path().join("run");
     // A learning rate this large sends the weights past float range within a few steps.
-    let config =
-        SftConfig { lr: 1e30, warmup_ratio: 0.0, max_grad_norm: 0.0, checkpoint_every: 1, eval: None, ..config() };
+    let config = SftConfig {
+        lr: 1e30,
+        warmup_ratio: 0.0,
+        checkpoint_every: 1,
+        eval: None,
+        run: RunSettings { max_grad_norm: 0.0, ..config().run },
+        ..config()
+    };
     let mut trainer = sft::prepare(config, &run, false, &tools).expect("prepare");
     let mut steps = 0;
     let err = trainer
@@ -276,9 +286,14 @@ fn trainable_layers_train_the_top_layers_alone_and_survive_a_resume() {
     let dir = tempfile::tempdir().expect("tempdir");
     // More layers than the tiny model's 4: refused before anything is written.
     let run = dir.path().join("too-many");
-    let err = sft::prepare(SftConfig { trainable_layers: Some(5), ..config() }, &run, false, &tools)
-        .expect_err("5 of 4 layers")
-        .to_string();
+    let err = sft::prepare(
+        SftConfig { run: RunSettings { trainable_layers: Some(5), ..config().run }, ..config() },
+        &run,
+        false,
+        &tools,
+    )
+    .expect_err("5 of 4 layers")
+    .to_string();
     assert!(err.contains("trainable_layers") && err.contains("4 layers"), "{err}");
     assert!(!run.exists(), "a refused run writes nothing");
 
@@ -289,11 +304,10 @@ fn trainable_layers_train_the_top_layers_alone_and_survive_a_resume() {
     tiny.state_mut().step = 7;
     tiny.save(&start).expect("save");
     let frozen = SftConfig {
-        init: start.to_string_lossy().into_owned(),
-        trainable_layers: Some(1),
         steps: Some(4),
         checkpoint_every: 2,
         eval: None,
+        run: RunSettings { init: Init::Dir(start.to_path_buf()), trainable_layers: Some(1), ..config().run },
         ..config()
     };
     // Cancelled before its first step, then resumed: AdamW's step count starts at this run's 0.
@@ -320,15 +334,32 @@ fn trainable_layers_train_the_top_layers_alone_and_survive_a_resume() {
     assert!(moments.iter().all(|(k, _)| k.contains("model.layers.3.") || k.contains("model.norm.")), "{moments:?}");
 
     // Resumed with the same setting it continues frozen; with another it is refused by name.
-    let err =
-        sft::prepare(SftConfig { trainable_layers: Some(2), steps: Some(6), ..frozen.clone() }, &run, true, &tools)
-            .expect_err("another trainable_layers")
-            .to_string();
+    let err = sft::prepare(
+        SftConfig {
+            steps: Some(6),
+            run: RunSettings { trainable_layers: Some(2), ..frozen.run.clone() },
+            ..frozen.clone()
+        },
+        &run,
+        true,
+        &tools,
+    )
+    .expect_err("another trainable_layers")
+    .to_string();
     assert!(err.contains("trainable_layers"), "{err}");
     // With precision `auto`, another device would be another precision: refused.
-    let err = sft::prepare(SftConfig { device: "auto".into(), steps: Some(6), ..frozen.clone() }, &run, true, &tools)
-        .expect_err("another device under precision auto")
-        .to_string();
+    let err = sft::prepare(
+        SftConfig {
+            steps: Some(6),
+            run: RunSettings { device: DeviceChoice::Auto, ..frozen.run.clone() },
+            ..frozen.clone()
+        },
+        &run,
+        true,
+        &tools,
+    )
+    .expect_err("another device under precision auto")
+    .to_string();
     assert!(err.contains("device"), "{err}");
     let mut resumed = sft::prepare(SftConfig { steps: Some(6), ..frozen.clone() }, &run, true, &tools).expect("resume");
     assert_eq!(resumed.state().step, 4);
@@ -360,19 +391,25 @@ fn lora_trains_the_adapters_alone_resumes_exactly_and_publishes_merged() {
         layers_to_transform: None,
     };
     let lora_config = SftConfig {
-        lora: Some(lora.clone()),
-        precision: "f32".into(),
         lr: 1e-2,
         steps: Some(4),
         checkpoint_every: 2,
         eval: None,
+        run: RunSettings {
+            lora: Some(lora.clone()),
+            precision: PrecisionChoice::Fixed(toolsmith_policy::Precision::F32),
+            ..config().run
+        },
         ..config()
     };
     // Settings that cannot work are refused before anything is written.
     let refused = dir.path().join("refused");
     let both = LoraConfig { layers_to_transform: Some(vec![3]), ..lora.clone() };
     let err = sft::prepare(
-        SftConfig { trainable_layers: Some(1), lora: Some(both), ..lora_config.clone() },
+        SftConfig {
+            run: RunSettings { trainable_layers: Some(1), lora: Some(both), ..lora_config.run.clone() },
+            ..lora_config.clone()
+        },
         &refused,
         false,
         &tools,
@@ -380,14 +417,24 @@ fn lora_trains_the_adapters_alone_resumes_exactly_and_publishes_merged() {
     .expect_err("layers picked twice")
     .to_string();
     assert!(err.contains("set one"), "{err}");
-    let err = sft::prepare(SftConfig { trainable_layers: Some(5), ..lora_config.clone() }, &refused, false, &tools)
-        .expect_err("more layers than the model has")
-        .to_string();
+    let err = sft::prepare(
+        SftConfig { run: RunSettings { trainable_layers: Some(5), ..lora_config.run.clone() }, ..lora_config.clone() },
+        &refused,
+        false,
+        &tools,
+    )
+    .expect_err("more layers than the model has")
+    .to_string();
     assert!(err.contains("trainable_layers") && err.contains("4 layers"), "{err}");
     let bad = LoraConfig { target_modules: vec!["attn".into()], ..lora.clone() };
-    let err = sft::prepare(SftConfig { lora: Some(bad), ..lora_config.clone() }, &refused, false, &tools)
-        .expect_err("no such module")
-        .to_string();
+    let err = sft::prepare(
+        SftConfig { run: RunSettings { lora: Some(bad), ..lora_config.run.clone() }, ..lora_config.clone() },
+        &refused,
+        false,
+        &tools,
+    )
+    .expect_err("no such module")
+    .to_string();
     assert!(err.contains("no module \"attn\""), "{err}");
     assert!(!refused.exists(), "a refused run writes nothing");
 
@@ -436,7 +483,11 @@ fn lora_trains_the_adapters_alone_resumes_exactly_and_publishes_merged() {
     }
     // A resume that changes the adapters is refused by name.
     let err = sft::prepare(
-        SftConfig { lora: Some(LoraConfig { rank: 8, ..lora }), steps: Some(6), ..lora_config },
+        SftConfig {
+            steps: Some(6),
+            run: RunSettings { lora: Some(LoraConfig { rank: 8, ..lora }), ..lora_config.run.clone() },
+            ..lora_config
+        },
         &stopped,
         true,
         &tools,
@@ -453,13 +504,16 @@ fn lora_with_trainable_layers_adapts_the_top_layers_alone() {
     let lora =
         LoraConfig { dropout: 0.0, target_modules: vec!["q_proj".into(), "v_proj".into()], ..Default::default() };
     let top = SftConfig {
-        lora: Some(lora),
-        trainable_layers: Some(1),
-        precision: "f32".into(),
         lr: 1e-2,
         steps: Some(2),
         checkpoint_every: 100,
         eval: None,
+        run: RunSettings {
+            lora: Some(lora),
+            trainable_layers: Some(1),
+            precision: PrecisionChoice::Fixed(toolsmith_policy::Precision::F32),
+            ..config().run
+        },
         ..config()
     };
     let out = dir.path().join("top");
@@ -493,7 +547,10 @@ fn bf16_follows_f32(base: SftConfig, bound: f64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = |precision: &str| {
         let out = dir.path().join(precision);
-        let config = SftConfig { precision: precision.into(), ..base.clone() };
+        let config = SftConfig {
+            run: RunSettings { precision: PrecisionChoice::parse(precision).expect("precision"), ..base.run.clone() },
+            ..base.clone()
+        };
         sft::prepare(config, &out, false, &tools).expect("prepare").run(&mut |_| {}).expect("trains");
         losses(&out)
     };
@@ -517,14 +574,13 @@ fn bf16_sft_follows_f32_on_smollm2() {
         return;
     }
     let base = SftConfig {
-        init: "smollm2-135m".into(),
-        trainable_layers: Some(2),
         steps: Some(3),
         lr: 1e-4,
         batch_tokens: 900,
         micro_batch_tokens: 900,
         eval: None,
         checkpoint_every: 100,
+        run: RunSettings { init: "smollm2-135m".into(), trainable_layers: Some(2), ..config().run },
         ..config()
     };
     // Measured: 0.4% at the first step (the forward pass alone), 2-4% after updates.

@@ -72,7 +72,8 @@ impl JobInputs {
         }
         if let Some(init) = config.get_mut("init") {
             let given = init.as_str().ok_or_else(|| JobError::Invalid("init must be a name or a path".into()))?;
-            if !is_named_policy(given) {
+            // `tiny` and the policies setup fetches are names, not paths.
+            if toolsmith_train::Init::parse(given).dir().is_some() {
                 let dir = self.resolve("init", given)?;
                 if !dir.is_dir() {
                     return Err(JobError::Invalid(format!("init: {given:?} is not a checkpoint directory")));
@@ -133,11 +134,6 @@ impl JobInputs {
             roots.join(", ")
         ))
     }
-}
-
-/// `tiny` and the policies setup fetches are names, not paths.
-fn is_named_policy(init: &str) -> bool {
-    init.is_empty() || init == "tiny" || toolsmith_policy::NAMED_POLICIES.iter().any(|n| n.name == init)
 }
 
 #[cfg(test)]

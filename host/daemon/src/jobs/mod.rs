@@ -32,7 +32,7 @@ use toolsmith_train::rl::{RlConfig, RlTrainer};
 use toolsmith_train::{Event, SftConfig, TrainError, sft};
 
 use crate::Daemon;
-use crate::chat::Served;
+use crate::conversation::Served;
 
 mod api;
 mod inputs;
@@ -754,7 +754,7 @@ impl Jobs {
     /// Registers the agent-written tools of the checkpoint's tool graph in the daemon's registry
     /// (an unchanged tool is left alone, so this repeats safely); returns how many changed it.
     pub fn publish_tools(&self, checkpoint: &Path) -> Result<usize, String> {
-        let snapshot = checkpoint.join(toolsmith_train::rl::graph::REGISTRY_FILE);
+        let snapshot = checkpoint.join(toolsmith_train::rl::training_graph::REGISTRY_FILE);
         if !snapshot.is_file() {
             return Ok(0);
         }

@@ -7,6 +7,7 @@ use toolsmith_agent::Mode;
 use toolsmith_agent::env::Corpus;
 use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_train::config::{DataConfig, SftConfig, WorldsData};
+use toolsmith_train::{DeviceChoice, Init, PrecisionChoice, RunSettings};
 
 /// The number after `name` on the command line, or `default`.
 pub fn arg(name: &str, default: usize) -> usize {
@@ -54,18 +55,22 @@ pub fn sft_config(steps: u64, threads: usize) -> SftConfig {
             },
             ..DataConfig::default()
         },
-        init: text("--init").unwrap_or(defaults.init.clone()),
-        precision: text("--precision").unwrap_or_else(|| "f32".into()),
-        trainable_layers: text("--trainable-layers").map(|n| n.parse().expect("a layer count")),
-        gradient_checkpointing: std::env::args().any(|a| a == "--gradient-checkpointing"),
-        lora: lora(),
         batch_tokens: arg("--batch-tokens", defaults.batch_tokens),
         micro_batch_tokens: arg("--micro-batch-tokens", defaults.micro_batch_tokens),
         steps: Some(steps),
-        device: text("--device").unwrap_or_else(|| "cpu".into()),
-        threads,
         eval: None,
         checkpoint_every: steps,
+        run: RunSettings {
+            init: text("--init").map_or_else(|| defaults.run.init.clone(), |i| Init::parse(&i)),
+            precision: PrecisionChoice::parse(&text("--precision").unwrap_or_else(|| "f32".into()))
+                .expect("--precision"),
+            trainable_layers: text("--trainable-layers").map(|n| n.parse().expect("a layer count")),
+            gradient_checkpointing: std::env::args().any(|a| a == "--gradient-checkpointing"),
+            lora: lora(),
+            device: DeviceChoice::parse(&text("--device").unwrap_or_else(|| "cpu".into())).expect("--device"),
+            threads,
+            ..defaults.run.clone()
+        },
         ..defaults
     }
 }
@@ -74,14 +79,14 @@ pub fn sft_config(steps: u64, threads: usize) -> SftConfig {
 /// precision, which layers train, and the adapter both sides start from (in PEFT's layout).
 pub fn reference_settings(config: &SftConfig, adapter: &std::path::Path) -> serde_json::Value {
     let o = config.optimizer;
-    let lora = config.lora.as_ref().map(|l| {
+    let lora = config.run.lora.as_ref().map(|l| {
         serde_json::json!({"rank": l.rank, "alpha": l.alpha, "dropout": l.dropout,
                "target_modules": l.normalized().expect("valid").target_modules, "adapter": adapter})
     });
     serde_json::json!({"lr": config.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
-        "weight_decay": o.weight_decay, "max_grad_norm": config.max_grad_norm,
-        "precision": config.precision, "trainable_layers": config.trainable_layers,
-        "gradient_checkpointing": config.gradient_checkpointing, "lora": lora})
+        "weight_decay": o.weight_decay, "max_grad_norm": config.run.max_grad_norm,
+        "precision": config.run.precision, "trainable_layers": config.run.trainable_layers,
+        "gradient_checkpointing": config.run.gradient_checkpointing, "lora": lora})
 }
 
 /// Runs a reference script (`python script init plan threads [extra]`) at `threads` threads and

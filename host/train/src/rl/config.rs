@@ -10,13 +10,14 @@ use toolsmith_agent::env::Family;
 use toolsmith_agent::{Mode, ToolFormat};
 
 use crate::TrainError;
-use crate::config::{EvalConfig, WorldsData, check_training};
 use crate::optim::AdamWConfig;
 use crate::rl::advantage::GroupNorm;
-use crate::rl::graph::GraphConfig;
 use crate::rl::loss::LossConfig;
 pub use crate::rl::method::Method;
 use crate::rl::reward::RewardConfig;
+use crate::rl::training_graph::GraphConfig;
+use crate::settings::{EvalConfig, WorldsData, check_lr};
+use crate::settings::{Init, RunConfig, RunSettings};
 
 /// Step credit (SEARL's tool-anchored, GiGPO's state-anchored step advantage).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -114,9 +115,6 @@ impl Default for SimulatorConfig {
 pub struct RlConfig {
     /// The method. By default `gap`.
     pub method: Method,
-    /// The starting policy: a checkpoint directory (an SFT run's `final`) or `tiny`. By default
-    /// `tiny` (only sensible for tests: an untrained model never answers).
-    pub init: String,
     /// Training worlds: the tasks rollouts are drawn from (their traces are not used). By default
     /// the SFT preset's split (seeds 1-24, 4 countries, 2 tasks per family).
     pub worlds: WorldsData,
@@ -156,8 +154,6 @@ pub struct RlConfig {
     pub min_lr_ratio: f64,
     /// AdamW's settings.
     pub optimizer: AdamWConfig,
-    /// Gradient-norm clipping. By default 1.0.
-    pub max_grad_norm: f64,
     /// Optimisation epochs over each iteration's batch (the first is on-policy). By default 1.
     pub epochs: usize,
     /// Optimiser steps per epoch (PPO's mini-batches): the iteration's episodes are dealt into
@@ -206,46 +202,63 @@ pub struct RlConfig {
     pub simulate: Option<SimulatorConfig>,
     /// Sample rollouts on an external engine instead of in this process. By default none.
     pub engine: Option<EngineConfig>,
-    /// How prompts list tools (use what the starting checkpoint was trained with). By default
-    /// `compact`; the `tiny-world` preset uses `brief`, as the SFT preset does.
-    pub tool_format: ToolFormat,
-    /// Seed of the task draws and the sampler. By default 0.
-    pub seed: u64,
-    /// `auto`, `cpu`, `cuda` or `cuda:N`. By default `auto`.
-    pub device: String,
-    /// `auto` (as SFT's: bf16 where training runs faster in it), `f32` or `bf16`. By default
-    /// `auto`.
-    pub precision: String,
-    /// CPU threads for libtorch (0: its default). By default 0.
-    pub threads: usize,
-    /// Held-out evaluation every this many iterations (0: before and after only). By default 0.
-    pub eval_every: u64,
     /// A checkpoint every this many iterations (and at the end). By default 5.
     pub checkpoint_every: u64,
-    /// Checkpoints kept. By default 2.
-    pub keep_checkpoints: usize,
-    /// Train only the top N decoder layers (and the final norm); the embeddings, the (tied) head
-    /// and the layers below stay frozen, so each step computes gradients and keeps optimiser state
-    /// for those layers alone. With `lora`, only those layers get adapters. `null` trains every
-    /// weight. By default `null`.
-    pub trainable_layers: Option<usize>,
-    /// Train LoRA adapters instead of the weights (the base stays frozen; with a KL penalty the
-    /// base alone is the reference; the final policy has them merged, and `final/adapter` holds
-    /// them as PEFT saves them); on the top `trainable_layers` layers only when that is set. `null`:
-    /// no adapters. By default `null`.
-    pub lora: Option<toolsmith_policy::LoraConfig>,
-    /// Gradient checkpointing: the forward pass keeps only each trained layer's input and the
-    /// backward pass recomputes the layers one at a time, so a micro-batch holds one layer's
-    /// activations instead of every layer's, for one more forward pass of the trained layers
-    /// (the same gradients). Not with LoRA dropout. By default false.
-    pub gradient_checkpointing: bool,
+    /// What every run sets: the starting policy (a checkpoint directory, an SFT run's `final`, or
+    /// `tiny`, only sensible for tests: an untrained model never answers), seed, device and
+    /// precision, which weights train.
+    #[serde(flatten)]
+    pub run: RunSettings,
 }
 
-// A resume may change how long the run is (the learning-rate schedule is then planned over the new
-// length), where its engine runs (its address, not how its log-probs are used), and what any run
-// may change (`run::RESUMABLE_IN_ANY_RUN`); every other field defines the run, and a resume that
-// changes one is refused.
-crate::run::run_config!(RlConfig, "rl", &["iterations", "engine.url", "engine.model", "engine.api_key_env"]);
+impl RunConfig for RlConfig {
+    const KIND: &'static str = "rl";
+    // A resume may change how long the run is (the learning-rate schedule is then planned over
+    // the new length), where its engine runs (its address, not how its log-probs are used), and
+    // what any run may change (`run::RESUMABLE_IN_ANY_RUN`); every other field defines the run,
+    // and a resume that changes one is refused.
+    const RESUMABLE: &'static [&'static str] = &["iterations", "engine.url", "engine.model", "engine.api_key_env"];
+
+    fn run(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn run_mut(&mut self) -> &mut RunSettings {
+        &mut self.run
+    }
+
+    fn lr_mut(&mut self) -> &mut f64 {
+        &mut self.lr
+    }
+
+    fn checkpoint_every_mut(&mut self) -> &mut u64 {
+        &mut self.checkpoint_every
+    }
+
+    fn eval_mut(&mut self) -> &mut Option<EvalConfig> {
+        &mut self.eval
+    }
+
+    /// A `smol-` preset starts from a SmolLM2-135M checkpoint that already answers in the
+    /// agent's format.
+    fn check_preset(&self, name: &str) -> Result<(), TrainError> {
+        if !name.starts_with("smol-") {
+            return Ok(());
+        }
+        if let Init::Tiny | Init::Unset | Init::Named(_) = &self.run.init {
+            let what = match &self.run.init {
+                Init::Unset => "no --init".to_string(),
+                init => format!("--init {init}"),
+            };
+            return Err(TrainError::Config(format!(
+                "the {name} preset starts from the smol-world SFT preset's checkpoint, and got {what}: RL needs a \
+                 policy that already answers in the agent's format (toolsmith train sft --preset smol-world --out \
+                 SFT, then --init SFT/final)"
+            )));
+        }
+        crate::config::check_smol_init(name, &self.run.init)
+    }
+}
 
 impl Default for RlConfig {
     fn default() -> Self {
@@ -258,7 +271,6 @@ impl RlConfig {
     pub fn for_method(method: Method) -> Self {
         let base = RlConfig {
             method,
-            init: "tiny".into(),
             worlds: WorldsData {
                 seeds: (1..=24).collect(),
                 countries: 4,
@@ -281,7 +293,6 @@ impl RlConfig {
             warmup_ratio: 0.0,
             min_lr_ratio: 1.0,
             optimizer: AdamWConfig { weight_decay: 0.0, ..AdamWConfig::default() },
-            max_grad_norm: 1.0,
             epochs: 1,
             mini_batches: 1,
             micro_batch_tokens: 2048,
@@ -296,17 +307,8 @@ impl RlConfig {
             graph: None,
             simulate: None,
             engine: None,
-            tool_format: ToolFormat::Compact,
-            seed: 0,
-            device: "auto".into(),
-            precision: "auto".into(),
-            threads: 0,
-            eval_every: 0,
             checkpoint_every: 5,
-            keep_checkpoints: 2,
-            trainable_layers: None,
-            lora: None,
-            gradient_checkpointing: false,
+            run: RunSettings::default(),
         };
         (method.spec().defaults)(base)
     }
@@ -326,7 +328,9 @@ impl RlConfig {
     pub fn preset(name: &str, method: Option<Method>) -> Result<Self, TrainError> {
         if name == "tiny-world" {
             let method = method.unwrap_or(Method::GAP);
-            return Ok(RlConfig { threads: 2, tool_format: ToolFormat::Brief, ..RlConfig::for_method(method) });
+            let base = RlConfig::for_method(method);
+            let run = RunSettings { threads: 2, tool_format: ToolFormat::Brief, ..base.run.clone() };
+            return Ok(RlConfig { run, ..base });
         }
         let Some(named) = name.strip_prefix("smol-").and_then(Method::parse) else {
             return Err(TrainError::Config(format!(
@@ -356,8 +360,6 @@ impl RlConfig {
         };
         Ok(RlConfig {
             families,
-            // Set by --init: the preset starts from a checkpoint, never from a name.
-            init: String::new(),
             worlds: WorldsData { styles: base.worlds.styles.clone(), ..WorldsData::smol() },
             eval: Some(EvalConfig {
                 modes: base.eval.as_ref().map_or_else(|| vec![named.mode()], |e| e.modes.clone()),
@@ -387,33 +389,21 @@ impl RlConfig {
             // Dynamic sampling's refills cost a whole round of rollouts each.
             max_refills: 1,
             overlong_cache: base.overlong_cache.min(32),
-            // The top 8 layers: 2.4x the speed of a full update and a third of its memory
-            // (BENCHMARKS.md), and the lower layers' keys and values stay valid across updates.
-            trainable_layers: Some(8),
             micro_batch_tokens: 4096,
-            threads: 2,
-            tool_format: ToolFormat::Brief,
             checkpoint_every: 2,
+            run: RunSettings {
+                // Set by --init: the preset starts from a checkpoint, never from a name.
+                init: Init::Unset,
+                // The top 8 layers: 2.4x the speed of a full update and a third of its memory
+                // (BENCHMARKS.md), and the lower layers' keys and values stay valid across
+                // updates.
+                trainable_layers: Some(8),
+                threads: 2,
+                tool_format: ToolFormat::Brief,
+                ..base.run.clone()
+            },
             ..base
         })
-    }
-
-    /// Checks that settings made from preset `name`, flags applied, still suit the model the
-    /// preset is tuned for: a `smol-` preset starts from a SmolLM2-135M checkpoint that already
-    /// answers in the agent's format.
-    pub fn check_preset(&self, name: &str) -> Result<(), TrainError> {
-        if !name.starts_with("smol-") {
-            return Ok(());
-        }
-        if matches!(self.init.as_str(), "" | "tiny" | "smollm2-135m") {
-            let what = if self.init.is_empty() { "no --init".to_string() } else { format!("--init {}", self.init) };
-            return Err(TrainError::Config(format!(
-                "the {name} preset starts from the smol-world SFT preset's checkpoint, and got {what}: RL needs a \
-                 policy that already answers in the agent's format (toolsmith train sft --preset smol-world --out \
-                 SFT, then --init SFT/final)"
-            )));
-        }
-        crate::config::check_smol_init(name, &self.init)
     }
 
     /// The same settings with a turn budget of `max_tokens`: DAPO's overlong window, when on,
@@ -460,7 +450,8 @@ impl RlConfig {
     /// Checks values a run cannot start with.
     pub fn validate(&self) -> Result<(), TrainError> {
         let bad = |m: String| Err(TrainError::Config(m));
-        check_training(self.lr, self.trainable_layers, self.lora.as_ref(), self.gradient_checkpointing)?;
+        check_lr(self.lr)?;
+        self.run.validate()?;
         if self.iterations == 0 || self.tasks_per_iteration == 0 || self.epochs == 0 || self.mini_batches == 0 {
             return bad("iterations, tasks_per_iteration, epochs and mini_batches must be positive".into());
         }
@@ -490,8 +481,8 @@ impl RlConfig {
         if self.overlong_cache > self.max_tokens {
             return bad("overlong_cache cannot exceed max_tokens".into());
         }
-        if self.checkpoint_every == 0 || self.keep_checkpoints == 0 {
-            return bad("checkpoint_every and keep_checkpoints must be positive".into());
+        if self.checkpoint_every == 0 {
+            return bad("checkpoint_every must be positive".into());
         }
         if self.worlds.seeds.is_empty() {
             return bad("no training worlds: worlds.seeds is empty".into());

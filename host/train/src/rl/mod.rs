@@ -7,20 +7,22 @@
 //! - [`method`]: each paper's reward and credit assignment (GAP, SEARL, MemPO, MTR), one file
 //!   each, registered in one table; [`reward`] holds what they share.
 //! - [`episode`]: a sampled episode as token-exact sequences with behaviour log-probs.
-//! - [`graph`]: SEARL's tool graph growing during training (the run's own registry).
-//! - [`config`] and [`trainer`]: `toolsmith train rl`: rollouts in groups, rewards, credit,
-//!   updates; the loop, checkpoints and held-out evaluation are the trainer core's
-//!   ([`crate::run`]).
+//! - [`training_graph`]: SEARL's tool graph growing during training (the run's own registry).
+//! - [`config`] and [`trainer`]: `toolsmith train rl`: its settings and its setup; one iteration
+//!   (rollouts in groups, rewards, credit, updates) is `iteration`, its sampling `rollout` and
+//!   its mini-batches `update`; the loop, checkpoints and held-out evaluation are the trainer
+//!   core's ([`crate::run`]).
 
 pub mod advantage;
 pub mod config;
 pub mod episode;
-pub mod graph;
+mod iteration;
 pub mod loss;
 pub mod method;
 pub mod reward;
 mod rollout;
 pub mod trainer;
+pub mod training_graph;
 mod update;
 
 pub use config::RlConfig;

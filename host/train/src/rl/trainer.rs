@@ -1,33 +1,26 @@
-//! The RL run: each iteration draws tasks from the training worlds, samples a group of episodes
-//! per task ([`super::rollout`]), lets the method score them and assign credit
-//! ([`super::method`]), turns the groups into token-exact examples and updates the policy with
-//! the clipped surrogate ([`super::update`]). The loop, checkpoints, resume and evaluation are the
-//! trainer core's ([`crate::run`]); this file is the orchestration.
+//! The RL run's setup: the starting policy and its frozen reference, the training worlds and
+//! their tools (simulated for MTR), the rollout backend (in process or an engine) and the tool
+//! graph; each iteration is [`super::iteration`]'s. The loop, checkpoints, resume and evaluation
+//! are the trainer core's ([`crate::run`]).
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use toolsmith_agent::Trajectory;
 use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, CompletionsBackend};
 use toolsmith_agent::env::{Corpus, Task, World};
 use toolsmith_agent::simulate::ToolActor;
-use toolsmith_agent::tools::{CREATE_TOOL, Executor};
+use toolsmith_agent::tools::Executor;
 use toolsmith_policy::{Policy, SamplingParams};
 
 use crate::TrainError;
 use crate::checkpoint::RunDir;
 use crate::heldout::{HeldOut, ToolsFor, budget_fit};
-use crate::metrics::{IterationMetrics, Record};
 use crate::optim::Schedule;
 use crate::rl::config::RlConfig;
-use crate::rl::graph::{GraphUpdate, REGISTRY_FILE, TrainingGraph};
-use crate::rl::method::{CreditContext, GroupView};
-use crate::rl::reward::{EpisodeReward, correct};
-use crate::rl::rollout::{Group, TrainWorld, mix, pool_hash, simulated};
-use crate::rl::update::{cut_off, longest_first};
-use crate::run::{Core, Event, Opened, Resume, Setup, Unit, open, trainable};
+use crate::rl::iteration::{Reference, RlUnit};
+use crate::rl::rollout::{TrainWorld, mix, pool_hash, simulated};
+use crate::rl::training_graph::{REGISTRY_FILE, TrainingGraph};
+use crate::run::{Core, Event, Opened, Resume, Setup, open, trainable};
 use crate::sequence::SequenceBuilder;
 
 /// An RL run.
@@ -35,33 +28,6 @@ use crate::sequence::SequenceBuilder;
 pub struct RlTrainer {
     core: Core,
     unit: RlUnit,
-}
-
-/// The policy a KL penalty anchors to.
-pub(super) enum Reference {
-    /// A frozen copy of the starting weights.
-    Copy(Arc<Mutex<Policy>>),
-    /// The trained policy with its LoRA adapters turned off: the base, with no second copy.
-    Base,
-}
-
-/// What an iteration needs besides the core.
-pub(super) struct RlUnit {
-    pub(super) config: RlConfig,
-    pub(super) builder: SequenceBuilder,
-    pub(super) worlds: Vec<TrainWorld>,
-    pub(super) graph: Option<TrainingGraph>,
-    pub(super) reference: Option<Reference>,
-    pub(super) backend: Arc<dyn Backend>,
-    pub(super) engine: Option<CompletionsBackend>,
-    pub(super) runtime: tokio::runtime::Runtime,
-    pub(super) run: RunDir,
-}
-
-impl std::fmt::Debug for RlUnit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RlUnit").field("method", &self.config.method).finish_non_exhaustive()
-    }
 }
 
 /// The core's accessors (`policy`, `cancel_flag`, `state`, `schedule`) are the trainer's.
@@ -84,17 +50,13 @@ impl RlTrainer {
         let resume = resume.into();
         config.validate()?;
         let Opened { run, options, restored } = open(out, resume, &config)?;
-        let initial = if config.init == "tiny" {
-            Policy::tiny(config.seed, options)?
-        } else {
-            Policy::load(&toolsmith_policy::locate(&config.init)?, options)?
-        };
+        let initial = config.run.init.load(config.run.seed, options, None)?;
         // The KL anchor is the starting policy, frozen, whatever iteration a run resumes at (with
         // LoRA, the base under the adapters). MTR's ToolActor is the starting policy too (what
         // the tools say does not drift with the policy being trained): one frozen copy serves
         // both.
         let kl = config.loss.kl_coef > 0.0;
-        let lora = config.lora.is_some();
+        let lora = config.run.lora.is_some();
         let frozen = if (kl && !lora) || config.simulate.is_some() {
             Some(Arc::new(Mutex::new(initial.reference()?)))
         } else {
@@ -111,7 +73,7 @@ impl RlTrainer {
                 let params = SamplingParams {
                     max_new_tokens: s.max_tokens,
                     temperature: s.temperature,
-                    seed: mix(&[config.seed, 0x5157]),
+                    seed: mix(&[config.run.seed, 0x5157]),
                     ..SamplingParams::default()
                 };
                 Some(ToolActor::new(frozen.clone(), params)?)
@@ -154,7 +116,7 @@ impl RlTrainer {
                 Some(TrainingGraph::create(&run.root().join(REGISTRY_FILE), &tools)?)
             }
         };
-        let heldout = config.eval.clone().map(|e| HeldOut::new(e, config.tool_format, tools_for)).transpose()?;
+        let heldout = config.eval.clone().map(|e| HeldOut::new(e, config.run.tool_format, tools_for)).transpose()?;
         let builder = SequenceBuilder::for_policy(&policy)?;
         let engine = match &config.engine {
             Some(e) => {
@@ -170,7 +132,7 @@ impl RlTrainer {
         let updates = config.iterations * (config.epochs * config.mini_batches) as u64;
         let setup = Setup {
             config: &config,
-            seed: config.seed,
+            seed: config.run.seed,
             data: (pool_hash(&worlds), "the training worlds"),
             units: config.iterations,
             schedule: Schedule {
@@ -180,9 +142,9 @@ impl RlTrainer {
                 min_ratio: config.min_lr_ratio,
             },
             optimizer: config.optimizer,
-            eval_every: config.eval_every,
+            eval_every: config.run.eval_every,
             checkpoint_every: config.checkpoint_every,
-            keep_checkpoints: config.keep_checkpoints,
+            keep_checkpoints: config.run.keep_checkpoints,
             heldout,
             resume,
         };
@@ -214,92 +176,6 @@ impl RlTrainer {
     }
 }
 
-impl Unit for RlUnit {
-    /// One iteration: rollouts (with dynamic sampling), credit, the tool graph's update, the
-    /// policy's update.
-    fn unit(&mut self, core: &mut Core) -> Result<Record, TrainError> {
-        let started = Instant::now();
-        let iteration = core.state().step;
-        let sampled = self.sample(iteration)?;
-        // The rollouts' keys and values are stale once the weights move: freed now, the update
-        // reuses their memory instead of adding to it (issue: RL's peak RSS).
-        self.backend.release_memory();
-        let policy = core.policy();
-        // SEARL merges the iteration's created tools before forming step groups, so that two
-        // rollouts' near-duplicate tools anchor one group (the graph admits them after credit).
-        let merged = match &self.graph {
-            Some(graph) => graph.merged_names(sampled.kept.iter().flat_map(|g| &g.episodes))?,
-            None => HashMap::new(),
-        };
-        let context = CreditContext { config: &self.config, policy: &policy, builder: &self.builder, merged: &merged };
-        let mut examples = Vec::new();
-        let mut first_episode = 0;
-        for group in &sampled.kept {
-            let credit = self.config.method.spec().assign.credit(&group.view(), &context)?;
-            examples.extend(self.examples(group, &credit, first_episode)?);
-            first_episode += group.episodes.len();
-        }
-        longest_first(&mut examples);
-        let gap = self.old_logprobs(&mut examples, &policy)?;
-        self.reference_logprobs(&mut examples, &policy)?;
-        let all: Vec<&Group> = sampled.kept.iter().chain(&sampled.dropped).collect();
-        let calls = self.count_calls(&all)?;
-        let graph = self.learn_tools(iteration, &all)?;
-        let update = {
-            // Every micro-batch allocates and frees the same large tensors: reused from the heap,
-            // not zero-filled afresh. Only here, so that decoding keeps glibc's defaults.
-            let _heap = toolsmith_policy::memory::HeapReuse::start();
-            self.update(core, &examples)?
-        };
-        // And the update's activations, before the next rollouts.
-        toolsmith_policy::memory::release_free_memory();
-        let episodes: Vec<(&Trajectory, &Group)> =
-            all.iter().flat_map(|&g| g.episodes.iter().map(move |e| (e, g))).collect();
-        let n = episodes.len().max(1) as f64;
-        let rewards: Vec<f64> = sampled.kept.iter().flat_map(|g| g.rewards.iter().map(|r| r.total)).collect();
-        let generated: usize = episodes.iter().map(|(e, _)| e.response_tokens()).sum();
-        let sampled_turns: usize = episodes.iter().map(|(e, _)| e.turns()).sum();
-        let cut_turns = episodes.iter().flat_map(|(e, _)| &e.steps).filter(|s| cut_off(s)).count();
-        Ok(Record::Iteration(IterationMetrics {
-            iteration: iteration + 1,
-            reward: rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
-            em: episodes.iter().filter(|(e, g)| correct(e, &g.task.golden_answers)).count() as f64 / n,
-            groups: sampled.kept.len(),
-            dropped: sampled.dropped.len(),
-            episodes: episodes.len(),
-            turns: sampled_turns as f64 / n,
-            response_tokens: generated as f64 / n,
-            peak_tokens: episodes.iter().map(|(e, _)| e.peak_tokens() as f64).sum::<f64>() / n,
-            cut_turns: cut_turns as f64 / sampled_turns.max(1) as f64,
-            kl: update.stats.kl(),
-            sampler_kl: update.stats.drift(),
-            clip_fraction: update.stats.clip_fraction(),
-            entropy: update.entropy,
-            loss: update.loss,
-            grad_norm: update.grad_norm,
-            lr: update.lr,
-            created_calls: calls.created,
-            reused_calls: calls.reused,
-            other_calls: calls.other,
-            admitted: graph.admitted,
-            graph_tools: graph.tools,
-            rollout_tokens_per_sec: generated as f64 / sampled.seconds.max(1e-9),
-            engine_logprob_gap: gap,
-            seconds: started.elapsed().as_secs_f64(),
-            rollout_seconds: sampled.seconds,
-            elapsed_s: 0.0,
-        }))
-    }
-
-    fn extra(&self, dir: &Path) -> Result<(), TrainError> {
-        self.graph.as_ref().map_or(Ok(()), |g| g.snapshot(dir))
-    }
-
-    fn sync(&mut self, core: &Core) -> Result<(), TrainError> {
-        self.push_weights(&core.policy())
-    }
-}
-
 /// Warns when the turn budget cuts the oracle's own trace of some training tasks in the
 /// method's mode: those episodes fail on format whatever the policy knows, so their groups teach
 /// only brevity (a parallel plan of 3-4 lookups takes 180-260 SmolLM2 tokens).
@@ -325,55 +201,4 @@ fn rollout_batching(config: &RlConfig, policy: &Policy) -> BatchConfig {
     // Dynamic sampling's first draw, the largest.
     let episodes = (config.tasks_per_iteration + config.oversample) * config.group_size;
     BatchConfig::for_episodes(episodes, config.max_turns, config.max_tokens, policy)
-}
-
-/// Calls of an iteration's episodes, by kind.
-struct CallCounts {
-    created: usize,
-    reused: usize,
-    other: usize,
-}
-
-impl RlUnit {
-    /// Counts the calls of `groups`: creations, reuses of tools the graph had admitted before
-    /// this iteration (as the rollouts saw it) and every other call.
-    fn count_calls(&self, groups: &[&Group]) -> Result<CallCounts, TrainError> {
-        let admitted: HashSet<String> = match &self.graph {
-            Some(g) => g.admitted_names()?.into_iter().collect(),
-            None => HashSet::new(),
-        };
-        let mut counts = CallCounts { created: 0, reused: 0, other: 0 };
-        for c in groups.iter().flat_map(|g| &g.episodes).flat_map(Trajectory::calls) {
-            if c.name == CREATE_TOOL {
-                counts.created += 1;
-            } else if admitted.contains(&c.name) {
-                counts.reused += 1;
-            } else {
-                counts.other += 1;
-            }
-        }
-        Ok(counts)
-    }
-
-    /// SEARL's tool graph learns from every sampled group (dropped ones included: a tool that
-    /// worked is worth keeping whatever its group's spread).
-    fn learn_tools(&self, iteration: u64, groups: &[&Group]) -> Result<GraphUpdate, TrainError> {
-        let (Some(graph), Some(settings)) = (&self.graph, &self.config.graph) else {
-            return Ok(GraphUpdate::default());
-        };
-        // Task ids repeat across worlds: the graph's admission is per task of a world.
-        let keyed: Vec<(String, &Group)> =
-            groups.iter().map(|g| (format!("world-{}/{}", g.world, g.task.id), *g)).collect();
-        let views: Vec<(&str, &[Trajectory], &[EpisodeReward])> =
-            keyed.iter().map(|(k, g)| (k.as_str(), g.episodes.as_slice(), g.rewards.as_slice())).collect();
-        let executors: Vec<&dyn Executor> = self.worlds.iter().map(|w| w.tools.as_ref()).collect();
-        graph.learn(iteration + 1, &views, settings.admit, &executors)
-    }
-}
-
-impl Group {
-    /// The group as a method sees it.
-    pub(super) fn view(&self) -> GroupView<'_> {
-        GroupView { task: &self.task, episodes: &self.episodes, rewards: &self.rewards }
-    }
 }

@@ -13,12 +13,12 @@ use toolsmith_agent::{Mode, Trajectory};
 use crate::TrainError;
 use crate::rl::advantage::GroupNorm;
 use crate::rl::config::RlConfig;
-use crate::rl::graph::GraphConfig;
 use crate::rl::loss::Aggregation;
 use crate::rl::method::{
     CreditAssignment, CreditContext, GroupView, MethodSpec, TurnCredit, add_step_credit, episode_credit,
 };
 use crate::rl::reward::{EpisodeReward, RewardConfig, call_key, correct};
+use crate::rl::training_graph::GraphConfig;
 
 /// The table entry.
 pub static METHOD: MethodSpec = MethodSpec {
