@@ -4,7 +4,7 @@
 //! bundled world.
 
 pub mod batch;
-pub mod chat;
+pub mod chat_template;
 pub mod local;
 pub mod native;
 pub mod openai;
@@ -16,7 +16,7 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 
 pub use batch::{BatchConfig, BatchedBackend, Pending, Prompt};
-pub use chat::{ChatTemplate, Encoded, plain, render_chat, render_prompt};
+pub use chat_template::{ChatTemplate, Encoded, plain, render_chat, render_prompt};
 pub use local::LocalBackend;
 pub use openai::{OpenAiBackend, ToolCallStyle};
 pub use remote::CompletionsBackend;
