@@ -10,7 +10,7 @@
 //! - [`tool_graph`]: retrieval from the registry's tool graph, and what a finished trajectory
 //!   teaches it (plan edges, candidate tools, usage).
 //! - [`backend`]: the local policy, any OpenAI-compatible endpoint, and the [`oracle`].
-//! - [`env`]: the bundled offline world, users' task sets and corpora, and metrics.
+//! - [`env`](mod@env): the bundled offline world, users' task sets and corpora, and metrics.
 #![warn(missing_docs)]
 
 pub mod backend;
