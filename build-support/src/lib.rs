@@ -4,6 +4,7 @@
 //! The guests build in release mode into one shared target directory beside the host's
 //! (`<target>/guests`), so the bundled plugins and the test programs reuse each other's compiled
 //! dependencies and a rerun of the build script is a no-op when nothing changed.
+#![warn(missing_docs)]
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ pub const GUEST_TARGET: &str = "wasm32-wasip2";
 pub struct Guest {
     /// The Cargo package name, e.g. `json_query`.
     pub package: String,
-    /// The built component.
+    /// Where the built `.wasm` component lies, for the build script to embed or expose.
     pub path: PathBuf,
 }
 

@@ -1,18 +1,20 @@
 //! The plugins that ship with Toolsmith, compiled from `plugins/` by this crate's build script and
 //! embedded, so the `toolsmith` binary can run them anywhere without files beside it.
+#![warn(missing_docs)]
 
-/// One bundled plugin component.
+/// A plugin compiled into the binary: what the CLI loads into a toolbox when no plugin directory
+/// is given.
 #[derive(Debug, Clone, Copy)]
 pub struct Bundled {
-    /// The tool's name (also its Cargo package name).
+    /// The tool's name (also its Cargo package name under `plugins/`).
     pub name: &'static str,
-    /// The WebAssembly component.
+    /// The `wasm32-wasip2` component's bytes, ready for the sandbox to compile.
     pub component: &'static [u8],
 }
 
 include!(concat!(env!("OUT_DIR"), "/bundled.rs"));
 
-/// The bundled plugin called `name`.
+/// Looks up a bundled plugin by tool name, for tests and benchmarks that need one known tool.
 pub fn get(name: &str) -> Option<&'static Bundled> {
     BUNDLED.iter().find(|b| b.name == name)
 }

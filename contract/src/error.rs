@@ -62,7 +62,7 @@ impl ErrorKind {
         matches!(self, ErrorKind::InvalidArgs | ErrorKind::NotFound | ErrorKind::Busy)
     }
 
-    /// Parses a wire name.
+    /// The kind a wire name such as `invalid_args` stands for, for readers of error envelopes.
     pub fn parse(s: &str) -> Option<Self> {
         ErrorKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
@@ -158,7 +158,7 @@ impl StructuredError {
         }
     }
 
-    /// Adds a hint.
+    /// Adds the one-line fix an agent should try next.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self

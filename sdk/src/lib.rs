@@ -53,6 +53,10 @@ pub use serde::{self, Deserialize, Serialize};
 pub use serde_json::{self, Value, json};
 pub use toolsmith_contract as contract;
 
+/// The component bindings `wit-bindgen` generates from `schemas/wit`, public because the
+/// [`tool!`] macro expands to paths into them in the tool's crate.
+// Generated code: wit-bindgen writes no docs, and its output is neither ours to lint nor to
+// change, so these allows cover only what it generates.
 #[doc(hidden)]
 #[allow(missing_docs, clippy::all, unsafe_op_in_unsafe_fn)]
 pub mod bindings {
@@ -75,7 +79,8 @@ pub struct ToolError {
 }
 
 impl ToolError {
-    /// A tool error with a code and a message.
+    /// Builds the error a tool function returns; the host passes `code` and `message` to the
+    /// caller unchanged.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
         ToolError { code: code.into(), message: message.into() }
     }
@@ -101,7 +106,7 @@ impl From<ToolError> for bindings::ToolError {
     }
 }
 
-/// Log levels for [`log`].
+/// How serious a [`log`] line is; the host records it beside the line in the call's report.
 pub use bindings::toolsmith::tool::host::Level;
 
 /// Records a log line against the current call. Outside the host (native tests) it prints to
@@ -131,7 +136,8 @@ pub fn call_tool(name: &str, args: &Value) -> Result<Value, ToolError> {
     }
 }
 
-/// [`call_tool`] with typed arguments and result.
+/// [`call_tool`] with typed arguments and result, so a composing tool can reuse its callee's
+/// input and output types instead of building JSON by hand.
 pub fn call_tool_typed<A: Serialize, R: DeserializeOwned>(name: &str, args: &A) -> Result<R, ToolError> {
     let args = serde_json::to_value(args)
         .map_err(|e| ToolError::new("invalid_args", format!("cannot encode arguments for `{name}`: {e}")))?;
@@ -192,15 +198,18 @@ macro_rules! tool {
     };
 }
 
+/// What [`tool!`]'s expansion calls; public only so the macro can reach it from the tool's crate.
 #[doc(hidden)]
 pub mod __private {
     use super::*;
     use toolsmith_contract::{Example, Manifest, Provenance, ToolKind, ToolName};
 
+    /// The input and output schemas of a tool function, read from its types.
     pub fn schemas_of<I: JsonSchema, O: JsonSchema>(_run: fn(I) -> Result<O, ToolError>) -> (Value, Value) {
         (toolsmith_contract::schemas::tool_schema_for::<I>(), toolsmith_contract::schemas::tool_schema_for::<O>())
     }
 
+    /// Builds and checks the manifest; panics on a bad one, which is the tool author's bug.
     pub fn manifest(
         name: &str,
         version: &str,
@@ -228,6 +237,7 @@ pub mod __private {
         manifest
     }
 
+    /// Runs every example through `call` and asserts it returns the declared output.
     pub fn check_examples(manifest: &Manifest, call: fn(&str) -> Result<String, ToolError>) {
         assert!(!manifest.examples.is_empty(), "tool `{}` declares no examples", manifest.name);
         for example in &manifest.examples {
@@ -245,6 +255,7 @@ pub mod __private {
         }
     }
 
+    /// Decodes the arguments, runs the tool function and encodes its result.
     pub fn call<I: DeserializeOwned, O: Serialize>(
         run: fn(I) -> Result<O, ToolError>,
         args: &str,

@@ -14,34 +14,34 @@ use crate::runner::{Agent, Finish, Mode, Trajectory};
 /// One task's outcome.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskResult {
-    /// The task.
+    /// The task's id in its task set.
     pub id: String,
-    /// Its family.
+    /// The family the task is reported under.
     pub family: Family,
-    /// Questions in it.
+    /// How many questions the task asks at once.
     pub objectives: usize,
-    /// The agent's answer.
+    /// The agent's final answer, `None` when the episode ended without one.
     pub answer: Option<String>,
     /// Exact match with a golden answer.
     pub em: f64,
     /// Token F1 with the best golden answer.
     pub f1: f64,
-    /// The trajectory.
+    /// The whole episode, to see how the answer came about.
     pub trajectory: Trajectory,
 }
 
 /// Aggregates over a group of tasks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
-    /// Tasks.
+    /// How many tasks the figures average over.
     pub tasks: usize,
-    /// Mean exact match.
+    /// Mean exact match with a golden answer (SQuAD-normalised).
     pub em: f64,
-    /// Mean F1.
+    /// Mean token F1 with the best golden answer.
     pub f1: f64,
     /// Fraction solved with one sample (exact match).
     pub pass_at_1: f64,
-    /// Mean turns.
+    /// Mean turns per episode.
     pub turns: f64,
     /// Mean tokens the model wrote.
     pub response_tokens: f64,
@@ -49,7 +49,7 @@ pub struct Summary {
     pub total_tokens: f64,
     /// Mean peak tokens of one step.
     pub peak_tokens: f64,
-    /// Mean wall time, ms.
+    /// Mean wall time of an episode in milliseconds, model and tools together.
     pub wall_ms: f64,
     /// Total tokens spent per solved task (infinite when none is solved).
     pub cost_of_pass: f64,
@@ -83,13 +83,13 @@ impl Summary {
 /// An evaluation's figures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
-    /// The mode.
+    /// The agent mode that was evaluated.
     pub mode: Mode,
-    /// The backend's name.
+    /// The backend's label (model or endpoint), so reports of several backends can be told apart.
     pub backend: String,
-    /// Per family.
+    /// The figures of each family's tasks.
     pub families: BTreeMap<Family, Summary>,
-    /// Over every task.
+    /// The figures over every task together.
     pub overall: Summary,
     /// Per task (with trajectories).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -6,21 +6,28 @@
 //! - [`runner`]: the agent loop in ReAct, GAP, MemPO and SEARL modes, with retrieval from the tool
 //!   graph and token accounting (TT, PT).
 //! - [`tools`]: the search tool, sandboxed tools, `create_and_execute_mcp` and simulated tools.
-//! - [`mcp`]: the tools of an MCP server (e.g. `toolsmith serve`), as an executor.
+//! - [`mcp_client`]: the tools of an MCP server (e.g. `toolsmith serve`), as an executor.
+//! - [`tool_graph`]: retrieval from the registry's tool graph, and what a finished trajectory
+//!   teaches it (plan edges, candidate tools, usage).
 //! - [`backend`]: the local policy, any OpenAI-compatible endpoint, and the [`oracle`].
-//! - [`env`]: the bundled offline world, users' task sets and corpora, and metrics.
+//! - [`env`](mod@env): the bundled offline world, users' task sets and corpora, and metrics.
 #![warn(missing_docs)]
 
 pub mod backend;
 pub mod env;
 pub mod eval;
-pub mod graph;
-pub mod mcp;
+pub mod mcp_client;
 pub mod oracle;
 pub mod runner;
 pub mod schedule;
 pub mod simulate;
+pub mod tool_graph;
 pub mod tools;
+
+// The modules' names before they were named by role; the CLI and the trainer still import them
+// by these paths.
+pub use mcp_client as mcp;
+pub use tool_graph as graph;
 
 pub use toolsmith_trace::{plan, trace};
 

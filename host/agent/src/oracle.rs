@@ -322,9 +322,9 @@ pub async fn install_own_tools(
 /// One synthesised supervised example.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SftExample {
-    /// The task.
+    /// The id of the task the example was written for.
     pub id: String,
-    /// Its family.
+    /// The task's family, so a synthesised set can be counted or filtered by family.
     pub family: crate::env::Family,
     /// The style (mode) it is written in.
     pub style: Mode,
@@ -332,7 +332,7 @@ pub struct SftExample {
     pub part: usize,
     /// The conversation: system, question, then assistant turns and observations.
     pub messages: Vec<Message>,
-    /// The final answer.
+    /// The answer the conversation ends with, if it reaches one.
     pub answer: Option<String>,
     /// Whether it matches a golden answer.
     pub correct: bool,

@@ -36,7 +36,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// Every mode.
+    /// Every mode, for evaluating all of them and for the command line's choices.
     pub const ALL: [Mode; 4] = [Mode::React, Mode::Gap, Mode::Mem, Mode::Searl];
 
     /// The name on the command line.
@@ -49,7 +49,7 @@ impl Mode {
         }
     }
 
-    /// Parses a name.
+    /// The mode a command-line name stands for, or `None` for an unknown name.
     pub fn parse(name: &str) -> Option<Mode> {
         Mode::ALL.into_iter().find(|m| m.name() == name)
     }
@@ -88,15 +88,16 @@ pub trait Retriever: Send + Sync + fmt::Debug {
 /// The agent's settings.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// The mode.
+    /// The method the agent follows, which sets its prompt and context.
     pub mode: Mode,
-    /// Turns at most (B).
+    /// The turn budget (B): an episode that has not answered by then ends as `Budget`.
     pub max_turns: usize,
-    /// Sampling.
+    /// Sampling settings for every turn (each turn's seed is derived from the episode's).
     pub generate: GenerateOptions,
     /// Calls at once and per-call timeout.
     pub scheduler: Scheduler,
-    /// Tools retrieved per query.
+    /// How many tools one retrieval (for the question, then for the plan's tasks) adds to the
+    /// listing, when the agent has a retriever.
     pub top_k: usize,
     /// How tools are listed in the system prompt. By default [`ToolFormat::Compact`].
     pub tool_format: ToolFormat,
@@ -168,11 +169,11 @@ pub enum Finish {
 /// One turn of a trajectory.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepRecord {
-    /// What the model wrote.
+    /// The turn as text in the trace grammar.
     pub text: String,
     /// Tokens of the context it saw.
     pub prompt_tokens: usize,
-    /// Tokens it wrote.
+    /// Tokens of the turn itself.
     pub response_tokens: usize,
     /// The calls of the turn.
     pub calls: Vec<CallRecord>,
@@ -180,7 +181,7 @@ pub struct StepRecord {
     pub observation: String,
     /// Syntax and plan problems of the turn.
     pub errors: Vec<String>,
-    /// Milliseconds the backend took.
+    /// Milliseconds the backend took for the turn, apart from the tools' time.
     pub model_ms: f64,
     /// The system prompt of this turn when it differs from the previous turn's (the first
     /// turn's is always kept): retrieved tools join the listing once a plan names its tasks, and
@@ -211,30 +212,30 @@ impl StepRecord {
 /// A whole episode.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Trajectory {
-    /// The question.
+    /// The question the episode answered.
     pub question: String,
-    /// The mode.
+    /// The method it followed, which decides how its contexts are rebuilt.
     pub mode: Mode,
-    /// The backend's name.
+    /// The backend's label, for reports.
     pub backend: String,
-    /// The turns.
+    /// Every turn with its calls and observation, in order.
     pub steps: Vec<StepRecord>,
     /// The plan, if the agent wrote a valid one.
     pub plan: Option<Plan>,
-    /// The final answer.
+    /// The answer the episode ended with, which evaluation grades against the golden answers.
     pub answer: Option<String>,
-    /// Why it ended.
+    /// Whether it answered, ran out of turns or hit a backend error.
     pub finish: Finish,
     /// Tools listed in the prompt (retrieved ones included).
     pub tools: Vec<String>,
-    /// The last system prompt.
+    /// The system prompt of the last turn (earlier ones are kept in the steps where they changed).
     pub system: String,
     /// Milliseconds from start to finish.
     pub wall_ms: f64,
 }
 
 impl Trajectory {
-    /// Turns taken.
+    /// How many turns the episode took.
     pub fn turns(&self) -> usize {
         self.steps.len()
     }
@@ -249,7 +250,7 @@ impl Trajectory {
         self.steps.iter().map(|s| s.prompt_tokens + s.response_tokens).max().unwrap_or(0)
     }
 
-    /// Tokens the model wrote.
+    /// Tokens the model wrote over the whole episode.
     pub fn response_tokens(&self) -> usize {
         self.steps.iter().map(|s| s.response_tokens).sum()
     }
@@ -295,7 +296,7 @@ impl Trajectory {
             .collect()
     }
 
-    /// Every call, in order.
+    /// Every call of every turn, in the order they were made.
     pub fn calls(&self) -> impl Iterator<Item = &CallRecord> {
         self.steps.iter().flat_map(|s| s.calls.iter())
     }
@@ -472,7 +473,7 @@ impl Agent {
         self
     }
 
-    /// The settings.
+    /// The settings this agent runs episodes with.
     pub fn config(&self) -> &AgentConfig {
         &self.config
     }
@@ -495,7 +496,8 @@ impl Agent {
         }
     }
 
-    /// Runs one episode.
+    /// Runs one episode on `question` to an answer, the turn budget or a backend error; it never
+    /// fails, since each of those is recorded in the trajectory.
     pub async fn run(&self, question: &str) -> Trajectory {
         let started = Instant::now();
         let mode = self.config.mode;

@@ -18,13 +18,13 @@ use crate::tools::{Executor, Verdict};
 /// One call as the trace records it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CallRecord {
-    /// The tool.
+    /// The tool the agent called, as it wrote the name.
     pub name: String,
-    /// Its arguments.
+    /// The arguments the agent wrote.
     pub arguments: Value,
     /// The result, or the error envelope the agent saw.
     pub result: Value,
-    /// What the schemas said.
+    /// How the call's schemas judged it: a success, or which kind of failure.
     pub verdict: Verdict,
     /// Milliseconds from start to finish.
     pub latency_ms: f64,
@@ -41,7 +41,8 @@ pub struct CallRecord {
 }
 
 impl CallRecord {
-    /// Whether the call succeeded.
+    /// Whether the call returned a valid result, which is what counts as a success in the
+    /// statistics.
     pub fn ok(&self) -> bool {
         self.verdict == Verdict::Valid
     }
@@ -52,7 +53,7 @@ impl CallRecord {
 pub struct Scheduler {
     /// Calls running at once at most.
     pub concurrency: usize,
-    /// Deadline of each call.
+    /// How long one call may run before it is cut off with a `timeout` error.
     pub timeout: Duration,
 }
 

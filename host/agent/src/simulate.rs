@@ -65,7 +65,8 @@ impl ToolActor {
         ]
     }
 
-    /// Simulates one call synchronously.
+    /// Simulates one call on the calling thread, holding the policy for the whole decode (the
+    /// async [`Simulator`] impl runs this on a blocking thread).
     pub fn simulate_blocking(&self, manifest: &Manifest, args: &Value) -> Result<Value, StructuredError> {
         let name = manifest.name.as_str();
         let grammar = self.grammar(manifest)?;
@@ -140,7 +141,7 @@ pub struct ToolMaker {
 }
 
 impl ToolMaker {
-    /// A maker asking `backend`.
+    /// A maker that asks `backend` for proposals with `options`.
     pub fn new(backend: Arc<dyn Backend>, options: GenerateOptions) -> Self {
         ToolMaker { backend, options }
     }

@@ -16,7 +16,7 @@ use crate::backend::BoxFuture;
 use crate::env::Corpus;
 use crate::env::corpus::search_manifest;
 
-/// The meta tool's name.
+/// The name of SEARL's meta tool, through which the agent writes a Python tool and runs it.
 pub const CREATE_TOOL: &str = "create_and_execute_mcp";
 
 /// The outcome of one call, as the runtime records it.
@@ -41,7 +41,8 @@ pub trait Simulator: Send + Sync + std::fmt::Debug {
     -> BoxFuture<'a, Result<Value, StructuredError>>;
 }
 
-/// Runs tool calls.
+/// What the scheduler hands calls to: the local tools ([`LocalTools`]) or an MCP server's
+/// ([`crate::mcp_client::McpTools`]).
 pub trait Executor: Send + Sync + std::fmt::Debug {
     /// The tools it can run.
     fn manifests(&self) -> Vec<Manifest>;
@@ -120,7 +121,7 @@ impl std::fmt::Debug for LocalTools {
 }
 
 impl LocalTools {
-    /// No tools.
+    /// An executor with no tools yet, to build up with the `with_*` methods.
     pub fn new() -> Self {
         LocalTools::default()
     }

@@ -28,7 +28,7 @@ enum Implementation {
 }
 
 impl Tool {
-    /// The tool's name.
+    /// The name calls address the tool by, taken from its manifest.
     pub fn name(&self) -> &str {
         self.manifest.name.as_str()
     }
@@ -55,7 +55,7 @@ impl Tool {
 pub struct CallOutput {
     /// The tool's result; it validates against the tool's `output_schema`.
     pub value: Value,
-    /// Logs and timing.
+    /// The call's logs and timing, kept apart from the value so the agent sees only the result.
     pub report: CallReport,
 }
 
@@ -176,7 +176,7 @@ impl Toolbox {
         tools.insert(tool.name().to_owned(), tool)
     }
 
-    /// The tool called `name`.
+    /// Looks a tool up by name, for callers that need its manifest or implementation.
     pub fn get(&self, name: &str) -> Option<Arc<Tool>> {
         self.inner.get(name)
     }

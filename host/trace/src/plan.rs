@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub struct Task {
     /// Unique within the plan (`1`, `s1`, `ST1`).
     pub id: String,
-    /// What to do.
+    /// The sub-task in the agent's words, also the query tools are retrieved for.
     pub description: String,
     /// Ids of the tasks whose results this one needs.
     pub depends_on: Vec<String>,
@@ -35,24 +35,38 @@ pub enum PlanError {
     Empty,
     /// A line that is not in the format (1-based line number).
     #[error("line {line}: {message}")]
-    #[allow(missing_docs)]
-    Malformed { line: usize, message: String },
+    Malformed {
+        /// Where the line is, counting from 1.
+        line: usize,
+        /// What the line should have looked like.
+        message: String,
+    },
     /// Two tasks share an id.
     #[error("task id `{id}` is used twice")]
-    #[allow(missing_docs)]
-    DuplicateId { id: String },
+    DuplicateId {
+        /// The repeated id.
+        id: String,
+    },
     /// A dependency names no task.
     #[error("task `{task}` depends on `{dependency}`, which is not a task of this plan")]
-    #[allow(missing_docs)]
-    UnknownDependency { task: String, dependency: String },
+    UnknownDependency {
+        /// The task that lists the dependency.
+        task: String,
+        /// The id that matches no task.
+        dependency: String,
+    },
     /// A task lists itself.
     #[error("task `{task}` depends on itself")]
-    #[allow(missing_docs)]
-    SelfDependency { task: String },
+    SelfDependency {
+        /// The task's id.
+        task: String,
+    },
     /// A cycle, as the path of ids around it.
     #[error("the dependencies form a cycle: {}", cycle.join(" -> "))]
-    #[allow(missing_docs)]
-    Cycle { cycle: Vec<String> },
+    Cycle {
+        /// The ids around the cycle, the first repeated at the end.
+        cycle: Vec<String>,
+    },
 }
 
 impl Plan {

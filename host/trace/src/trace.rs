@@ -17,21 +17,29 @@ use crate::plan::{self, Plan, PlanError};
 /// The tags of the grammar (the tiny tokenizer has each as one token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
 pub enum Tag {
+    /// Reasoning the runner keeps in the context but never acts on.
     Think,
+    /// GAP's `Task N: ... - Dependencies: ...` lines, parsed into a [`Plan`].
     Plan,
+    /// GAP's `<node id depends>` graph, the other way to write a [`Plan`].
     Graph,
+    /// A sub-task stated before working on it; the runner keeps it in the context as written.
     Subtask,
+    /// A JSON call `{"name", "arguments"}`; several in one turn run in parallel.
     ToolCall,
+    /// What the host wrote back (results and errors), masked out of training losses.
     Observation,
+    /// MemPO's running memory: the context keeps only the latest one.
     Mem,
+    /// A look back at what went wrong, read with `<think>` as the turn's last thought.
     Reflection,
+    /// The final answer, ending the episode; `\boxed{}` inside it is the graded part.
     Answer,
 }
 
 impl Tag {
-    /// Every tag.
+    /// Every tag, for code that must handle each one (the parser looks names up in it).
     pub const ALL: [Tag; 9] = [
         Tag::Think,
         Tag::Plan,
@@ -66,18 +74,29 @@ impl Tag {
 
 /// A piece of a turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[allow(missing_docs)]
 pub enum Block {
     /// A tagged block and its content (trimmed).
-    Tagged { tag: Tag, content: String, offset: usize },
+    Tagged {
+        /// Which block it is.
+        tag: Tag,
+        /// The text between the opening and closing tag, trimmed.
+        content: String,
+        /// Byte offset of the opening tag in the turn, for error messages.
+        offset: usize,
+    },
     /// Text outside any block (trimmed, never empty).
-    Text { content: String, offset: usize },
+    Text {
+        /// The text, trimmed; SEARL's `##DAG_LIST` plans are read from here.
+        content: String,
+        /// Byte offset of the text in the turn, for error messages.
+        offset: usize,
+    },
 }
 
 /// A tool call as the agent writes it: `{"name": ..., "arguments": {...}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
-    /// The tool's name.
+    /// The name the executor looks the tool up by.
     pub name: String,
     /// Its arguments (an empty object when omitted).
     pub arguments: Map<String, Value>,
@@ -86,18 +105,49 @@ pub struct ToolCall {
 /// A problem in a turn, with the byte offset where it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-#[allow(missing_docs)]
 pub enum TraceError {
+    /// A block opened and the turn ended before its closing tag (its content is still kept).
     #[error("`<{tag}>` at byte {offset} is never closed (add `</{tag}>`)")]
-    Unclosed { tag: String, offset: usize },
+    Unclosed {
+        /// The tag's name, without angle brackets.
+        tag: String,
+        /// Byte offset of the opening tag.
+        offset: usize,
+    },
+    /// A closing tag with no open block to close.
     #[error("`</{tag}>` at byte {offset} closes nothing")]
-    UnexpectedClose { tag: String, offset: usize },
+    UnexpectedClose {
+        /// The tag's name, without angle brackets.
+        tag: String,
+        /// Byte offset of the closing tag.
+        offset: usize,
+    },
+    /// A block opened inside another, which the grammar does not allow.
     #[error("`<{inner}>` at byte {offset} is inside `<{outer}>`: blocks do not nest")]
-    Nested { outer: String, inner: String, offset: usize },
+    Nested {
+        /// The block that was open.
+        outer: String,
+        /// The block opened inside it.
+        inner: String,
+        /// Byte offset of the inner opening tag.
+        offset: usize,
+    },
+    /// A `<tool_call>` whose content is not a `{"name", "arguments"}` JSON object.
     #[error("tool call at byte {offset}: {message}")]
-    InvalidToolCall { offset: usize, message: String },
+    InvalidToolCall {
+        /// Byte offset of the `<tool_call>` block.
+        offset: usize,
+        /// What is wrong with the JSON, for the agent to fix.
+        message: String,
+    },
+    /// A plan (`<plan>`, `<graph>` or `##DAG_LIST`) that does not parse or validate.
     #[error("plan at byte {offset}: {error}")]
-    InvalidPlan { offset: usize, error: PlanError },
+    InvalidPlan {
+        /// Byte offset of the plan's block or text.
+        offset: usize,
+        /// Why the plan is unusable.
+        error: PlanError,
+    },
 }
 
 /// A parsed turn.

@@ -3,10 +3,12 @@
 //!   invalid or oversized output, recurses through `call-tool`, floods its logs).
 //! - [`BAD_MANIFEST`]: declares a manifest that does not validate.
 //! - [`FS_IMPORT`]: imports `wasi:filesystem`, which the sandbox does not provide.
+#![warn(missing_docs)]
 
 include!(concat!(env!("OUT_DIR"), "/programs.rs"));
 
-/// Reads a test component.
+/// Reads the component at one of this crate's paths; a test fails at once, naming the path, when
+/// the build left it missing.
 pub fn read(path: &str) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("cannot read test component {path}: {e}"))
 }

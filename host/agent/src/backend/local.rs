@@ -29,7 +29,8 @@ impl LocalBackend {
         LocalBackend { policy, prefix, label: label.into() }
     }
 
-    /// The shared policy.
+    /// The policy this backend samples from, for callers that need it directly (the daemon's
+    /// endpoints swap in new weights through it).
     pub fn policy(&self) -> Arc<Mutex<Policy>> {
         self.policy.clone()
     }

@@ -4,7 +4,7 @@
 //! bundled world.
 
 pub mod batch;
-pub mod chat;
+pub mod chat_template;
 pub mod local;
 pub mod native;
 pub mod openai;
@@ -16,7 +16,7 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 
 pub use batch::{BatchConfig, BatchedBackend, Pending, Prompt};
-pub use chat::{ChatTemplate, Encoded, plain, render_chat, render_prompt};
+pub use chat_template::{ChatTemplate, Encoded, plain, render_chat, render_prompt};
 pub use local::LocalBackend;
 pub use openai::{OpenAiBackend, ToolCallStyle};
 pub use remote::CompletionsBackend;
@@ -31,19 +31,21 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-#[allow(missing_docs)]
 pub enum Role {
+    /// The instructions: method, tool listing and output format.
     System,
+    /// The question, and the observations the host writes back.
     User,
+    /// The policy's own turns, the only ones a trainer scores.
     Assistant,
 }
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
-    /// Its author.
+    /// Who wrote it, which decides how the template frames it.
     pub role: Role,
-    /// Its text.
+    /// The message's text, in the trace grammar for assistant turns.
     pub content: String,
     /// The exact token ids of an assistant turn the local policy sampled (without a closing
     /// end-of-turn token, which the template writes). A local backend splices them into the
@@ -54,17 +56,18 @@ pub struct Message {
 }
 
 impl Message {
-    /// A system message.
+    /// The instructions that open a conversation.
     pub fn system(content: impl Into<String>) -> Self {
         Message { role: Role::System, content: content.into(), ids: None }
     }
 
-    /// A user message.
+    /// A question or an observation.
     pub fn user(content: impl Into<String>) -> Self {
         Message { role: Role::User, content: content.into(), ids: None }
     }
 
-    /// An assistant message.
+    /// A turn the model wrote, whose tokens are not known (an endpoint's answer, or a
+    /// synthesised one).
     pub fn assistant(content: impl Into<String>) -> Self {
         Message { role: Role::Assistant, content: content.into(), ids: None }
     }
@@ -80,16 +83,16 @@ impl Message {
 pub struct Usage {
     /// Tokens of the rendered prompt.
     pub prompt_tokens: usize,
-    /// Tokens generated.
+    /// Tokens the model generated for the answer.
     pub completion_tokens: usize,
 }
 
 /// A backend's answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
-    /// The assistant turn.
+    /// The model's turn as text in the trace grammar.
     pub text: String,
-    /// Token counts.
+    /// Prompt and answer tokens, for the TT and PT figures and cost-of-pass.
     pub usage: Usage,
     /// OpenAI's reason: `stop` (end of turn, stop string) or `length` (token budget).
     pub finish_reason: String,
@@ -113,7 +116,7 @@ pub struct TurnTokens {
     /// engine reports its own kind (vLLM: before temperature by default); the trainer rescores
     /// engine episodes rather than trust them.
     pub logprobs: Vec<f64>,
-    /// Why sampling stopped.
+    /// Why sampling stopped, which tells a trainer whether the turn was cut short.
     pub finish: toolsmith_policy::FinishReason,
     /// Whether the last id is an end-of-sequence token the model sampled (the template writes
     /// the same token after the turn, so it is left out of [`TurnTokens::content_ids`]).
@@ -133,9 +136,9 @@ impl TurnTokens {
 pub struct GenerateOptions {
     /// Tokens to generate at most.
     pub max_tokens: usize,
-    /// 0 for greedy.
+    /// Softmax temperature; 0 decodes greedily.
     pub temperature: f64,
-    /// Nucleus sampling.
+    /// Nucleus sampling's probability mass; 1 keeps every token.
     pub top_p: f64,
     /// Text that ends the turn (not included).
     pub stop: Vec<String>,

@@ -27,7 +27,7 @@ pub enum ToolCallStyle {
 }
 
 impl ToolCallStyle {
-    /// Every style.
+    /// Every style, for the command line's list of choices.
     pub const ALL: [ToolCallStyle; 3] = [ToolCallStyle::Native, ToolCallStyle::Text, ToolCallStyle::Auto];
 
     /// The name on the command line.
@@ -39,7 +39,7 @@ impl ToolCallStyle {
         }
     }
 
-    /// Parses a name.
+    /// The style a command-line name stands for, or `None` for an unknown name.
     pub fn parse(name: &str) -> Option<ToolCallStyle> {
         ToolCallStyle::ALL.into_iter().find(|s| s.name() == name)
     }
@@ -91,7 +91,7 @@ impl OpenAiBackend {
         self
     }
 
-    /// The style asked for.
+    /// The style this backend was built with (an `Auto` backend stays `Auto` after falling back).
     pub fn tool_calls(&self) -> ToolCallStyle {
         self.style
     }

@@ -13,7 +13,7 @@ use toolsmith_contract::Manifest;
 use super::EnvError;
 use super::world::Document;
 
-/// The search tool's name.
+/// The name of the tool that searches the corpus, always listed in the system prompt.
 pub const SEARCH_TOOL: &str = "search";
 
 /// Documents a search returns by default.
@@ -35,7 +35,8 @@ impl std::fmt::Debug for Corpus {
 }
 
 impl Corpus {
-    /// Indexes `documents` in RAM.
+    /// Indexes `documents` for BM25 search in RAM (corpora are small enough, and nothing is left
+    /// on disk).
     pub fn new(documents: &[Document]) -> Result<Corpus, EnvError> {
         let mut schema = Schema::builder();
         let title = schema.add_text_field("title", TEXT | STORED);
@@ -69,7 +70,7 @@ impl Corpus {
         Corpus::new(&docs)
     }
 
-    /// Number of documents.
+    /// How many documents the index holds.
     pub fn len(&self) -> usize {
         self.len
     }

@@ -33,11 +33,15 @@ impl Default for WorldConfig {
 /// A kind of entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
 pub enum EntityKind {
+    /// Born in a city in a given year, with an occupation and an employer.
     Person,
+    /// In a country, with a founding year and a population: people's birthplaces and companies'
+    /// headquarters.
     City,
+    /// Has a capital and a currency: where multi-hop lookups from a person or company end.
     Country,
+    /// Has an industry, a founding year, a founder and headquarters in a city.
     Company,
 }
 
@@ -57,11 +61,11 @@ impl EntityKind {
 /// value is another entity's name).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entity {
-    /// Unique across the world.
+    /// Unique across the world: the title of its document and the value relations point at.
     pub name: String,
-    /// What it is.
+    /// Which facts it has and how questions about it are worded.
     pub kind: EntityKind,
-    /// Facts, by name.
+    /// Attribute or relation name to value, written into its document as sentences.
     pub facts: BTreeMap<String, Value>,
 }
 
@@ -115,7 +119,7 @@ impl Entity {
 pub struct Document {
     /// The article's title (the entity's name).
     pub title: String,
-    /// Its body.
+    /// The article's sentences, which the search tool indexes.
     pub text: String,
 }
 
@@ -138,7 +142,7 @@ pub enum Family {
 }
 
 impl Family {
-    /// Every generated family.
+    /// Every family the world generates tasks for, in generation order (`Custom` is not one).
     pub const GENERATED: [Family; 5] = [
         Family::SingleHop,
         Family::MultiHopSequential,
@@ -147,7 +151,7 @@ impl Family {
         Family::Numeric,
     ];
 
-    /// The snake_case name.
+    /// The snake_case name evaluation reports label the family's row with.
     pub fn name(self) -> &'static str {
         match self {
             Family::SingleHop => "single_hop",
@@ -163,7 +167,7 @@ impl Family {
 /// One step of a solution: a search call and the fact it establishes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Step {
-    /// "1", "2", ...
+    /// The step's id (`"1"`, `"2"`, ...), which later steps' dependencies name.
     pub id: String,
     /// What the step finds, in words known when the plan is written (the plan's task text): a
     /// step that depends on another refers to that step's result, not to its value.
@@ -171,33 +175,33 @@ pub struct Step {
     /// The same once the dependencies' results are known, naming the entity searched for.
     #[serde(default)]
     pub action: String,
-    /// The search query.
+    /// What the oracle's search call asks the corpus.
     pub query: String,
     /// Ids of steps whose findings the query needs.
     pub depends_on: Vec<String>,
     /// The fact the step establishes, in words.
     pub finding: String,
-    /// The value it finds.
+    /// The value later steps and the answer are built from.
     pub value: String,
 }
 
 /// Exact arithmetic over findings, done by an agent-written Python tool in SEARL's style.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Compute {
-    /// The tool's name.
+    /// The name the tool is created under.
     pub name: String,
-    /// What it does.
+    /// The tool's description, as `create_and_execute_mcp` receives it (and the plan's task text).
     pub description: String,
     /// Python source of a function called `name`.
     pub code: String,
-    /// The call's arguments.
+    /// The arguments the created tool is run on, built from the steps' values.
     pub inputs: Value,
 }
 
 /// How the task is solved: steps (a dependency graph) and optional arithmetic.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Solution {
-    /// The lookups.
+    /// The search steps, each naming the steps whose findings it needs.
     pub steps: Vec<Step>,
     /// Arithmetic after the lookups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,7 +217,7 @@ pub struct Task {
     /// The family.
     #[serde(default = "custom")]
     pub family: Family,
-    /// The question.
+    /// The question the agent is asked, as written.
     pub question: String,
     /// Accepted answers (a multi-objective task has one, the sub-answers joined by "; ").
     pub golden_answers: Vec<String>,
@@ -236,7 +240,7 @@ fn one() -> usize {
 /// A generated world.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct World {
-    /// What generated it.
+    /// The seed and sizes that generated it, so the same world can be made again.
     pub config: WorldConfig,
     /// Every entity, by kind then name.
     pub entities: Vec<Entity>,
@@ -378,7 +382,7 @@ impl World {
         World { config, entities }
     }
 
-    /// The entity called `name`.
+    /// Looks an entity up by name, to follow a relation to the entity it names.
     pub fn entity(&self, name: &str) -> Option<&Entity> {
         self.entities.iter().find(|e| e.name == name)
     }

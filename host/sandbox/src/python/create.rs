@@ -63,7 +63,7 @@ pub struct CreateResult {
 /// An agent-written tool: its manifest (kind `python`) and its code.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PythonTool {
-    /// The derived manifest.
+    /// The manifest derived from the function's signature and docstring.
     pub manifest: Manifest,
     /// The source, defining a function named like the tool.
     pub code: String,

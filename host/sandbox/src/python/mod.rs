@@ -73,7 +73,7 @@ pub struct PythonRun {
     pub stdout: String,
     /// Captured standard error (at most [`CAPTURE_CHARS`]).
     pub stderr: String,
-    /// Timing and limits.
+    /// The run's timing and logs, as for any sandboxed call.
     pub report: CallReport,
 }
 
@@ -97,7 +97,7 @@ impl From<StructuredError> for PythonFailure {
 /// One parameter of a Python function, as the guest's `describe` reports it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Param {
-    /// The parameter's name.
+    /// The name a keyword argument binds to, which becomes the input schema's property.
     pub name: String,
     /// `positional_only`, `positional_or_keyword`, `var_positional`, `keyword_only`, `var_keyword`.
     pub kind: String,
@@ -112,11 +112,12 @@ pub struct Param {
 /// A Python function's signature.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Signature {
-    /// Its parameters in order.
+    /// The parameters in declaration order, from which the input schema is derived.
     pub params: Vec<Param>,
     /// The return annotation's source text, if any.
     pub returns: Option<String>,
-    /// Its docstring.
+    /// The function's docstring, whose first line fills out a description shorter than 20
+    /// characters.
     pub doc: Option<String>,
 }
 
@@ -184,7 +185,7 @@ impl PythonRuntime {
         &self.sandbox
     }
 
-    /// The loaded component.
+    /// The CPython guest component every Python tool of this runtime runs in.
     pub fn component(&self) -> &PythonComponent {
         &self.component
     }

@@ -164,7 +164,7 @@ pub struct LoadedComponent {
     pub hash: String,
     /// Whether it came from the artifact cache.
     pub cache: CacheOutcome,
-    /// The interfaces it imports.
+    /// The WIT interfaces it imports, each checked against the allowed set when it loaded.
     pub imports: Vec<String>,
 }
 

@@ -23,7 +23,7 @@ pub trait ToolCaller: Send + Sync {
 pub struct LogLine {
     /// `trace`, `debug`, `info`, `warn`, `error` or `stderr`.
     pub level: &'static str,
-    /// The text.
+    /// The line as the tool wrote it (a line of stderr for the `stderr` level).
     pub message: String,
 }
 

@@ -31,7 +31,7 @@ fn is_mark(c: char) -> bool {
 /// A conversation as token ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Encoded {
-    /// The ids.
+    /// The whole conversation's token ids, ready to feed the policy.
     pub ids: Vec<i64>,
     /// Each assistant message's index and the token range of its content (for a text message,
     /// the tokens overlapping its text; for an ids message, exactly its ids).
@@ -59,7 +59,8 @@ pub struct ChatTemplate {
 }
 
 impl ChatTemplate {
-    /// Compiles `template`.
+    /// Compiles a tokenizer config's Jinja `chat_template`, with the special tokens it may refer
+    /// to.
     pub fn new(template: &str, bos_token: &str, eos_token: &str) -> Result<Self, BackendError> {
         let mut env = Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);

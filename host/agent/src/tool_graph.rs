@@ -18,7 +18,7 @@ pub struct RegistryRetriever {
 }
 
 impl RegistryRetriever {
-    /// Shares `registry`.
+    /// A retriever over a registry that training or the daemon may be writing to at the same time.
     pub fn new(registry: Arc<Mutex<Registry>>) -> Self {
         RegistryRetriever { registry }
     }
