@@ -26,7 +26,7 @@ use toolsmith_train::rl::config::OldLogprobs;
 use toolsmith_train::rl::episode::episode_sequences;
 use toolsmith_train::rl::{Method, RlConfig, RlTrainer};
 use toolsmith_train::sequence::SequenceBuilder;
-use toolsmith_train::{DeviceChoice, Init, PrecisionChoice, RunSettings};
+use toolsmith_train::{DeviceChoice, PrecisionChoice, RunSettings};
 
 /// Serves a tiny policy of `seed` on a free port; returns its base URL and the served policy.
 fn engine(runtime: &tokio::runtime::Runtime, seed: u64) -> (String, Arc<Mutex<Policy>>) {

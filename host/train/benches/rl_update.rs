@@ -133,7 +133,7 @@ fn main() {
                         },
                     )
                     .expect("update");
-                optimizer.clip_grad_norm(config.max_grad_norm);
+                optimizer.clip_grad_norm(config.run.max_grad_norm);
                 optimizer.step(lr);
             }
             let seconds = started.elapsed().as_secs_f64();

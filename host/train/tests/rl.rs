@@ -10,7 +10,7 @@ use toolsmith_train::rl::advantage::{
 use toolsmith_train::rl::loss::{Aggregation, LossConfig, LossInputs, k3, policy_loss, token_weights};
 use toolsmith_train::rl::method;
 use toolsmith_train::rl::reward::RewardConfig;
-use toolsmith_train::{DeviceChoice, Init, PrecisionChoice, RunSettings};
+use toolsmith_train::{DeviceChoice, PrecisionChoice, RunSettings};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol
@@ -1172,7 +1172,7 @@ fn rl_with_trainable_layers_moves_only_the_top_layers() {
     trainer.run(&mut |_| {}).expect("trains");
     // The reference in the precision the trainer loaded it in: inference's default may round
     // the fresh weights to bf16 where training keeps f32, and every frozen weight would differ.
-    let options = toolsmith_train::sft::load_options_for("auto", "auto").expect("options");
+    let options = toolsmith_train::RunSettings::default().load_options().expect("options");
     let start = toolsmith_policy::Policy::tiny(0, options).expect("tiny");
     let (before, p) = (start.var_store().variables(), trainer.policy());
     let after = p.lock().expect("policy").var_store().variables();

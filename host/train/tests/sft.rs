@@ -12,7 +12,7 @@ use toolsmith_train::conversation::Content;
 use toolsmith_train::heldout::{ceiling, oracle_budgets};
 use toolsmith_train::metrics::{Record, read};
 use toolsmith_train::sft::{self, Event};
-use toolsmith_train::{DeviceChoice, Init, PrecisionChoice, RunSettings};
+use toolsmith_train::{DeviceChoice, Init, PrecisionChoice, RunConfig, RunSettings};
 
 fn tools(corpus: Arc<Corpus>) -> Arc<dyn Executor> {
     Arc::new(LocalTools::new().with_corpus(corpus))

@@ -152,7 +152,6 @@ fn lora_sft(env: &Env, init: &Path) -> Result<PathBuf> {
 fn lora_config(init: &Path) -> SftConfig {
     let lora = LoraConfig { dropout: 0.0, ..LoraConfig::default() };
     SftConfig {
-        init: init.to_string_lossy().into_owned(),
         data: DataConfig {
             files: Vec::new(),
             // The question's family alone: eight steps of every family taught the search turn
@@ -170,8 +169,6 @@ fn lora_config(init: &Path) -> SftConfig {
             },
             ..DataConfig::default()
         },
-        tool_format: ToolFormat::Brief,
-        lora: Some(lora),
         steps: Some(STEPS),
         lr: 3e-3,
         warmup_ratio: 0.0,
@@ -179,6 +176,12 @@ fn lora_config(init: &Path) -> SftConfig {
         micro_batch_tokens: 2048,
         eval: None,
         checkpoint_every: STEPS,
+        run: toolsmith_train::RunSettings {
+            init: toolsmith_train::Init::Dir(init.to_path_buf()),
+            tool_format: ToolFormat::Brief,
+            lora: Some(lora),
+            ..SftConfig::default().run
+        },
         ..SftConfig::default()
     }
 }

@@ -139,7 +139,6 @@ fn one_iteration(env: &Env, init: &Path) -> Result<()> {
 fn rl_config(init: &Path) -> RlConfig {
     let base = RlConfig::for_method(Method::SEARL);
     RlConfig {
-        init: init.to_string_lossy().into_owned(),
         worlds: WorldsData {
             seeds: vec![5],
             countries: 2,
@@ -153,7 +152,11 @@ fn rl_config(init: &Path) -> RlConfig {
         group_size: 4,
         max_turns: 2,
         max_tokens: 32,
-        device: "cpu".into(),
+        run: toolsmith_train::RunSettings {
+            init: toolsmith_train::Init::Dir(init.to_path_buf()),
+            device: toolsmith_train::DeviceChoice::Cpu,
+            ..base.run.clone()
+        },
         ..base
     }
 }

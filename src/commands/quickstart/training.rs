@@ -59,9 +59,9 @@ fn sft_config() -> SftConfig {
         warmup_ratio: 0.1,
         batch_tokens: 4096,
         micro_batch_tokens: 4096,
-        device: "cpu".into(),
         eval: None,
         checkpoint_every: 12,
+        run: toolsmith_train::RunSettings { device: toolsmith_train::DeviceChoice::Cpu, ..SftConfig::default().run },
         ..SftConfig::default()
     }
 }
