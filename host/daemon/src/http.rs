@@ -4,7 +4,7 @@
 //!   `tools/list_changed` reach clients on their GET stream).
 //! - `GET /health`: `ok`, never authenticated (for load balancers and scripts).
 //! - `GET /status`: [`StatusReport`](super::StatusReport) as JSON.
-//! - `GET /graph` and its API: the live tool-graph page ([`super::graph`]).
+//! - `GET /graph` and its API: the live tool-graph page ([`super::graph_page`]).
 //!
 //! Protection for a server that runs tools on this machine:
 //! - a bearer token, required on `/mcp`, `/status` and `/graph` when set (and required to listen
@@ -132,7 +132,7 @@ impl HttpServer {
             .merge(mcp)
             .route("/status", get(status))
             .with_state(daemon.clone())
-            .merge(super::graph::routes(daemon.clone()))
+            .merge(super::graph_page::routes(daemon.clone()))
             .merge(options.extra_routes.unwrap_or_default())
             .route_layer(axum::middleware::from_fn_with_state((token, local.port()), require_token))
             .route_layer(axum::middleware::from_fn_with_state(origins, refuse_cross_site))

@@ -15,13 +15,16 @@
 //!   generation counter).
 
 pub mod chat;
-pub mod graph;
+pub mod graph_page;
 pub mod http;
 pub mod jobs;
 pub mod mcp;
 mod meta;
 mod sessions;
 mod stats;
+
+/// The graph page's module under its former name, which the CLI and tests still import.
+pub use graph_page as graph;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -175,7 +178,7 @@ struct Shared {
     usage: UsageLog,
     /// What the graph page hears (`/graph/events`); taken at shutdown, which ends every stream
     /// (an open page would otherwise hold the graceful shutdown forever).
-    events: Mutex<Option<tokio::sync::broadcast::Sender<graph::GraphEvent>>>,
+    events: Mutex<Option<tokio::sync::broadcast::Sender<graph_page::GraphEvent>>>,
     /// The registry's counters as last broadcast.
     seen: Mutex<Activity>,
 }
@@ -512,7 +515,7 @@ impl Daemon {
                 }
                 let stats = r.view_stats()?;
                 *lock(&shared.seen) = now;
-                Ok(Some(graph::GraphEvent::new(now, stats)))
+                Ok(Some(graph_page::GraphEvent::new(now, stats)))
             })
             .await;
         match changed {
@@ -528,8 +531,8 @@ impl Daemon {
     }
 
     /// The graph's state now, as an event (the first one a page's stream gets).
-    pub(crate) async fn graph_state(&self) -> Result<graph::GraphEvent, RegistryError> {
-        self.with_registry(|r| Ok(graph::GraphEvent::new(r.activity()?, r.view_stats()?))).await
+    pub(crate) async fn graph_state(&self) -> Result<graph_page::GraphEvent, RegistryError> {
+        self.with_registry(|r| Ok(graph_page::GraphEvent::new(r.activity()?, r.view_stats()?))).await
     }
 
     /// Commits the calls recorded so far (tests and shutdown).
@@ -537,7 +540,7 @@ impl Daemon {
         self.shared.usage.flush()
     }
 
-    pub(crate) fn graph_events(&self) -> tokio::sync::broadcast::Receiver<graph::GraphEvent> {
+    pub(crate) fn graph_events(&self) -> tokio::sync::broadcast::Receiver<graph_page::GraphEvent> {
         match lock(&self.shared.events).as_ref() {
             Some(events) => events.subscribe(),
             // Shutting down: a stream that ends at once.
@@ -546,7 +549,7 @@ impl Daemon {
     }
 
     /// The tool graphs training jobs kept with their checkpoints.
-    pub(crate) fn checkpoint_graphs(&self) -> Vec<(graph::CheckpointGraph, std::path::PathBuf)> {
+    pub(crate) fn checkpoint_graphs(&self) -> Vec<(graph_page::CheckpointGraph, std::path::PathBuf)> {
         self.shared.jobs.get().map(|jobs| jobs.checkpoint_graphs()).unwrap_or_default()
     }
 

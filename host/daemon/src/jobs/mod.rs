@@ -447,7 +447,7 @@ impl StatusSource {
     }
 
     /// Every job's checkpoints that kept a tool graph (RL with the graph on), by job and step.
-    pub(crate) fn checkpoint_graphs(&self) -> Vec<(crate::graph::CheckpointGraph, PathBuf)> {
+    pub(crate) fn checkpoint_graphs(&self) -> Vec<(crate::graph_page::CheckpointGraph, PathBuf)> {
         let mut jobs: Vec<i64> = std::fs::read_dir(self.0.store.root.join("jobs"))
             .into_iter()
             .flatten()
@@ -456,7 +456,7 @@ impl StatusSource {
             .collect();
         jobs.sort_unstable();
         jobs.into_iter()
-            .flat_map(|id| crate::graph::job_checkpoint_graphs(&id.to_string(), &self.0.store.dir_of(id)))
+            .flat_map(|id| crate::graph_page::job_checkpoint_graphs(&id.to_string(), &self.0.store.dir_of(id)))
             .collect()
     }
 }
