@@ -33,7 +33,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use serde_json::json;
 
-use super::mcp::McpHandler;
+use super::mcp_server::McpHandler;
 use super::sessions::CappedSessions;
 use super::{Daemon, DaemonError};
 
@@ -192,7 +192,7 @@ async fn check_json_rpc(limit: usize, request: Request, next: Next) -> Response 
         }
     };
     let text = String::from_utf8_lossy(&bytes);
-    if let Err(reply) = super::mcp::check_message(&text) {
+    if let Err(reply) = super::mcp_server::check_message(&text) {
         tracing::warn!("rejected a malformed JSON-RPC message over HTTP");
         return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], reply).into_response();
     }

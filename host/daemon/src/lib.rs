@@ -2,7 +2,7 @@
 //! policy over an OpenAI-compatible API, and training jobs.
 //!
 //! A [`Daemon`] owns the registry, the sandbox and the call accounting; transports sit on top:
-//! [`mcp::McpHandler`] speaks MCP (through `rmcp`) over standard I/O or streamable HTTP, and
+//! [`mcp_server::McpHandler`] speaks MCP (through `rmcp`) over standard I/O or streamable HTTP, and
 //! [`http`] adds the HTTP listener with its bearer token, origin checks and status API.
 //!
 //! - `tools/list` pages through the registry (sorted by name, the cursor is the last name seen),
@@ -14,17 +14,19 @@
 //!   connected client as `notifications/tools/list_changed` (a watcher follows the registry's
 //!   generation counter).
 
-pub mod chat;
 pub mod graph_page;
 pub mod http;
 pub mod jobs;
-pub mod mcp;
+pub mod mcp_server;
 mod meta;
+pub mod openai;
 mod sessions;
 mod stats;
 
-/// The graph page's module under its former name, which the CLI and tests still import.
+// The modules' former names, which the CLI, benches, fuzz targets and tests still import.
 pub use graph_page as graph;
+pub use mcp_server as mcp;
+pub use openai as chat;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};

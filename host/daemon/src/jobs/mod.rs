@@ -32,7 +32,7 @@ use toolsmith_train::rl::{RlConfig, RlTrainer};
 use toolsmith_train::{Event, SftConfig, TrainError, sft};
 
 use crate::Daemon;
-use crate::chat::Served;
+use crate::openai::Served;
 
 mod api;
 mod inputs;
