@@ -14,6 +14,8 @@
 //!   connected client as `notifications/tools/list_changed` (a watcher follows the registry's
 //!   generation counter).
 
+#![warn(missing_docs)]
+
 pub mod graph_page;
 pub mod http;
 pub mod jobs;
