@@ -4,7 +4,7 @@
 //!   `tools/list_changed` reach clients on their GET stream).
 //! - `GET /health`: `ok`, never authenticated (for load balancers and scripts).
 //! - `GET /status`: [`StatusReport`](super::StatusReport) as JSON.
-//! - `GET /graph` and its API: the live tool-graph page ([`super::graph`]).
+//! - `GET /graph` and its API: the live tool-graph page ([`super::graph_page`]).
 //!
 //! Protection for a server that runs tools on this machine:
 //! - a bearer token, required on `/mcp`, `/status` and `/graph` when set (and required to listen
@@ -33,7 +33,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use serde_json::json;
 
-use super::mcp::McpHandler;
+use super::mcp_server::McpHandler;
 use super::sessions::CappedSessions;
 use super::{Daemon, DaemonError};
 
@@ -132,7 +132,7 @@ impl HttpServer {
             .merge(mcp)
             .route("/status", get(status))
             .with_state(daemon.clone())
-            .merge(super::graph::routes(daemon.clone()))
+            .merge(super::graph_page::routes(daemon.clone()))
             .merge(options.extra_routes.unwrap_or_default())
             .route_layer(axum::middleware::from_fn_with_state((token, local.port()), require_token))
             .route_layer(axum::middleware::from_fn_with_state(origins, refuse_cross_site))
@@ -192,7 +192,7 @@ async fn check_json_rpc(limit: usize, request: Request, next: Next) -> Response 
         }
     };
     let text = String::from_utf8_lossy(&bytes);
-    if let Err(reply) = super::mcp::check_message(&text) {
+    if let Err(reply) = super::mcp_server::check_message(&text) {
         tracing::warn!("rejected a malformed JSON-RPC message over HTTP");
         return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], reply).into_response();
     }

@@ -2,7 +2,7 @@
 //! policy over an OpenAI-compatible API, and training jobs.
 //!
 //! A [`Daemon`] owns the registry, the sandbox and the call accounting; transports sit on top:
-//! [`mcp::McpHandler`] speaks MCP (through `rmcp`) over standard I/O or streamable HTTP, and
+//! [`mcp_server::McpHandler`] speaks MCP (through `rmcp`) over standard I/O or streamable HTTP, and
 //! [`http`] adds the HTTP listener with its bearer token, origin checks and status API.
 //!
 //! - `tools/list` pages through the registry (sorted by name, the cursor is the last name seen),
@@ -14,14 +14,21 @@
 //!   connected client as `notifications/tools/list_changed` (a watcher follows the registry's
 //!   generation counter).
 
-pub mod chat;
-pub mod graph;
+#![warn(missing_docs)]
+
+pub mod graph_page;
 pub mod http;
 pub mod jobs;
-pub mod mcp;
+pub mod mcp_server;
 mod meta;
+pub mod openai;
 mod sessions;
 mod stats;
+
+// The modules' former names, which the CLI, benches, fuzz targets and tests still import.
+pub use graph_page as graph;
+pub use mcp_server as mcp;
+pub use openai as chat;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -175,7 +182,7 @@ struct Shared {
     usage: UsageLog,
     /// What the graph page hears (`/graph/events`); taken at shutdown, which ends every stream
     /// (an open page would otherwise hold the graceful shutdown forever).
-    events: Mutex<Option<tokio::sync::broadcast::Sender<graph::GraphEvent>>>,
+    events: Mutex<Option<tokio::sync::broadcast::Sender<graph_page::GraphEvent>>>,
     /// The registry's counters as last broadcast.
     seen: Mutex<Activity>,
 }
@@ -512,7 +519,7 @@ impl Daemon {
                 }
                 let stats = r.view_stats()?;
                 *lock(&shared.seen) = now;
-                Ok(Some(graph::GraphEvent::new(now, stats)))
+                Ok(Some(graph_page::GraphEvent::new(now, stats)))
             })
             .await;
         match changed {
@@ -528,8 +535,8 @@ impl Daemon {
     }
 
     /// The graph's state now, as an event (the first one a page's stream gets).
-    pub(crate) async fn graph_state(&self) -> Result<graph::GraphEvent, RegistryError> {
-        self.with_registry(|r| Ok(graph::GraphEvent::new(r.activity()?, r.view_stats()?))).await
+    pub(crate) async fn graph_state(&self) -> Result<graph_page::GraphEvent, RegistryError> {
+        self.with_registry(|r| Ok(graph_page::GraphEvent::new(r.activity()?, r.view_stats()?))).await
     }
 
     /// Commits the calls recorded so far (tests and shutdown).
@@ -537,7 +544,7 @@ impl Daemon {
         self.shared.usage.flush()
     }
 
-    pub(crate) fn graph_events(&self) -> tokio::sync::broadcast::Receiver<graph::GraphEvent> {
+    pub(crate) fn graph_events(&self) -> tokio::sync::broadcast::Receiver<graph_page::GraphEvent> {
         match lock(&self.shared.events).as_ref() {
             Some(events) => events.subscribe(),
             // Shutting down: a stream that ends at once.
@@ -546,7 +553,7 @@ impl Daemon {
     }
 
     /// The tool graphs training jobs kept with their checkpoints.
-    pub(crate) fn checkpoint_graphs(&self) -> Vec<(graph::CheckpointGraph, std::path::PathBuf)> {
+    pub(crate) fn checkpoint_graphs(&self) -> Vec<(graph_page::CheckpointGraph, std::path::PathBuf)> {
         self.shared.jobs.get().map(|jobs| jobs.checkpoint_graphs()).unwrap_or_default()
     }
 

@@ -50,8 +50,9 @@ pub const MAX_CHOICES: usize = 16;
 pub const MAX_TOKENS: usize = 8192;
 /// Stop strings at most.
 const MAX_STOPS: usize = 16;
-/// The trace grammar's call tags.
+/// The trace grammar's tag that opens a call.
 pub const OPEN: &str = "<tool_call>";
+/// The trace grammar's tag that closes a call.
 pub const CLOSE: &str = "</tool_call>";
 
 /// A client's mistake, as a message that names the item.
@@ -134,9 +135,13 @@ struct StreamOptions {
 /// One function the client lists.
 #[derive(Debug, Clone)]
 pub struct Tool {
+    /// The function's name, as calls must give it.
     pub name: String,
+    /// What the function does, shown to the model in the system prompt.
     pub description: String,
+    /// The JSON Schema of the arguments.
     pub parameters: Value,
+    /// Whether calls must be decoded under the parameters' grammar (a 400 when it cannot be).
     pub strict: bool,
     /// The parameters as a validator, for calls decoded without the grammar.
     pub validator: Arc<jsonschema::Validator>,
@@ -145,9 +150,13 @@ pub struct Tool {
 /// What a turn may do with the tools.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choice {
+    /// No calls (`"none"`, or no tools listed).
     None,
+    /// Calls or text, as the model decides (`"auto"`, the default with tools).
     Auto,
+    /// At least one call (`"required"`).
     Required,
+    /// A call of this tool (`{"type": "function", "function": {"name": ...}}`).
     Named(String),
 }
 
@@ -156,14 +165,22 @@ pub enum Choice {
 pub struct ChatRequest {
     /// The conversation in the trace grammar, content marked as plain text.
     pub messages: Vec<Message>,
+    /// The functions the client lists, checked.
     pub tools: Vec<Tool>,
+    /// What the turn may do with them (`tool_choice`).
     pub choice: Choice,
     /// What each choice's turn may be.
     pub grammar: Option<Arc<TurnGrammar>>,
+    /// How to sample (256 tokens unless `max_tokens` says otherwise; stops at an observation
+    /// when tools are listed).
     pub options: GenerateOptions,
+    /// Choices to answer, 1 to [`MAX_CHOICES`].
     pub n: usize,
+    /// Whether the answer streams as server-sent events.
     pub stream: bool,
+    /// Whether a stream ends with a usage chunk (`stream_options.include_usage`).
     pub include_usage: bool,
+    /// Whether the sampled tokens' log-probs are wanted.
     pub logprobs: bool,
 }
 

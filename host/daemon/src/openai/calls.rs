@@ -15,7 +15,9 @@ use super::request::{CLOSE, OPEN, Tool};
 pub struct Call {
     /// Its position in the turn's `tool_calls`.
     pub index: usize,
+    /// The call's id, unique to the request and choice (the client answers with it).
     pub id: String,
+    /// The listed tool it calls.
     pub name: String,
     /// The arguments as JSON text.
     pub arguments: String,
@@ -31,7 +33,9 @@ impl Call {
 /// What the turn adds next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// Text outside calls (a rejected block included), to send as `content`.
     Content(String),
+    /// A valid call of a listed tool, to send as a `tool_calls` entry.
     Call(Call),
 }
 
@@ -40,6 +44,7 @@ pub enum Event {
 pub struct Invalid {
     /// The block as written.
     pub text: String,
+    /// Why it is not a call (not closed, no such tool, arguments that do not fit), for clients.
     pub error: String,
 }
 
@@ -54,6 +59,7 @@ pub struct TurnParser<'a> {
     /// Trailing whitespace of the text outside calls, not sent yet.
     held: String,
     calls: usize,
+    /// The blocks read so far that were not valid calls (they went out as content).
     pub invalid: Vec<Invalid>,
 }
 

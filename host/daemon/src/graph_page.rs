@@ -53,9 +53,13 @@ pub struct GraphEvent {
     pub generation: i64,
     /// Moves with every recorded call and plan edge.
     pub activity: i64,
+    /// Tools in the graph now.
     pub tools: i64,
+    /// Names merged into another tool (near-duplicates).
     pub aliases: i64,
+    /// Plan edges between tools.
     pub edges: i64,
+    /// Calls recorded in all.
     pub calls: i64,
 }
 
@@ -75,8 +79,11 @@ impl GraphEvent {
 /// A snapshot of the tool graph that a training job kept with a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointGraph {
+    /// The job (its directory name under the daemon's runs).
     pub job: String,
+    /// The checkpoint's unit (step or iteration).
     pub step: u64,
+    /// Tools in its graph.
     pub tools: i64,
 }
 
@@ -245,7 +252,9 @@ async fn graph_json(State(daemon): State<Daemon>, Query(at): Query<At>) -> Respo
 /// One hit of `/graph/search`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchHit {
+    /// The tool's name.
     pub name: String,
+    /// Its hybrid retrieval score (higher is closer).
     pub score: f64,
 }
 
