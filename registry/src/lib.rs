@@ -32,15 +32,15 @@ pub use db::SCHEMA_VERSION;
 pub use embed::{DIM, Embedder, ModelFiles};
 pub use search::{Explain, Mode, SearchHit, SearchRequest};
 pub use store::{
-    Admitted, CallUsage, Candidate, CandidateStatus, DoctorReport, Graph, GraphEdge, GraphNode, Neighbour, NewTool,
-    PlanStep, RecordedCalls, RecordedPlan, Registered, Registry, RegistryOptions, Settings, SortBy, Stats, ToolDetails,
-    ToolRecord, ToolStats,
+    Admitted, CallUsage, Candidate, CandidateStatus, DoctorReport, Neighbour, NewTool, PlanStep, RecordedCalls,
+    RecordedPlan, Registered, Registry, RegistryOptions, RegistryStats, Settings, SortBy, ToolDetails, ToolRecord,
+    ToolStats,
 };
 pub use transfer::ImportSummary;
 pub use usage::UsageLog;
 pub use view::{
-    Activity, EdgeKind, GRAPH_FORMAT, GraphSource, GraphView, NodeKind, Snapshot, ToolOrigin, ToolView, ViewEdge,
-    ViewNode, ViewStats, ViewToolStats,
+    Activity, EdgeKind, GRAPH_FORMAT, GraphEdge, GraphNode, GraphSource, GraphStats, GraphView, NodeKind, Snapshot,
+    ToolOrigin, ToolView, ToolViewStats,
 };
 
 /// What can go wrong with a registry.

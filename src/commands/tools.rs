@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use toolsmith_contract::Manifest;
-use toolsmith_registry::{Graph, Mode, NewTool, Registered, Registry, SearchRequest, SortBy};
+use toolsmith_registry::{GraphView, Mode, NewTool, Registered, Registry, SearchRequest, SortBy};
 use toolsmith_sandbox::Toolbox;
 
 use super::{Env, print_json};
@@ -303,12 +303,12 @@ pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
             } else {
                 println!("registry   {} (schema v{})", s.path.display(), s.schema_version);
                 let kinds: Vec<String> = s.tools_by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
-                println!("tools      {} ({})", s.tools, kinds.join(", "));
-                println!("edges      {}", s.edges);
-                println!("aliases    {}", s.aliases);
+                println!("tools      {} ({})", s.graph.tools, kinds.join(", "));
+                println!("edges      {}", s.graph.edges);
+                println!("aliases    {}", s.graph.aliases);
                 println!("blobs      {} ({} KiB)", s.blobs, s.blob_bytes / 1024);
                 println!("candidates {} pending", s.candidates_pending);
-                println!("calls      {}", s.total_calls);
+                println!("calls      {}", s.graph.calls);
                 println!("file       {} KiB", s.database_bytes / 1024);
             }
         }
@@ -394,7 +394,11 @@ fn search(r: &mut Registry, args: SearchArgs) -> Result<()> {
 }
 
 fn graph(r: &Registry, args: GraphArgs) -> Result<()> {
-    let g = r.graph(args.around.as_deref(), args.depth)?;
+    let whole = r.graph_view()?;
+    let g = match &args.around {
+        Some(name) => whole.around(name, args.depth)?,
+        None => whole,
+    };
     let text = match args.format {
         GraphFormat::Dot => to_dot(&g),
         GraphFormat::Mermaid => to_mermaid(&g),
@@ -416,13 +420,14 @@ fn graph(r: &Registry, args: GraphArgs) -> Result<()> {
     Ok(())
 }
 
-fn to_dot(g: &Graph) -> String {
+/// Tools and plan edges as Graphviz `dot`; aliases are left out.
+fn to_dot(g: &GraphView) -> String {
     let mut s =
         String::from("digraph tools {\n  rankdir=LR;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n");
-    for n in &g.nodes {
-        let _ = writeln!(s, "  \"{}\" [tooltip=\"{} tool, {} calls\"];", n.name, n.kind, n.usage_count);
+    for n in g.tools() {
+        let _ = writeln!(s, "  \"{}\" [tooltip=\"{} tool, {} calls\"];", n.name, n.kind, n.calls);
     }
-    for e in &g.edges {
+    for e in g.plan_edges() {
         let _ = writeln!(
             s,
             "  \"{}\" -> \"{}\" [label=\"{}\", penwidth={:.2}];",
@@ -436,12 +441,13 @@ fn to_dot(g: &Graph) -> String {
     s
 }
 
-fn to_mermaid(g: &Graph) -> String {
+/// Tools and plan edges as a Mermaid flowchart; aliases are left out.
+fn to_mermaid(g: &GraphView) -> String {
     let mut s = String::from("graph LR\n");
-    for n in &g.nodes {
+    for n in g.tools() {
         let _ = writeln!(s, "  {}[\"{}\"]", n.name, n.name);
     }
-    for e in &g.edges {
+    for e in g.plan_edges() {
         let _ = writeln!(s, "  {} -->|{}| {}", e.src, e.count, e.dst);
     }
     s
