@@ -26,7 +26,7 @@ pub struct ModelFiles {
 
 impl ModelFiles {
     /// `$TOOLSMITH_EMBEDDING_MODEL` and `$TOOLSMITH_ONNXRUNTIME` when set, else the files the setup
-    /// script put under `.deps/` ([`deps_dir`]).
+    /// script put under `.deps/` (`$TOOLSMITH_DEPS` when set, else the checkout's own).
     pub fn locate() -> ModelFiles {
         let deps = deps_dir();
         let model_dir =

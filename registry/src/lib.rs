@@ -17,6 +17,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod db;
 pub mod embed;
 mod index;
@@ -32,15 +34,15 @@ pub use db::SCHEMA_VERSION;
 pub use embed::{DIM, Embedder, ModelFiles};
 pub use search::{Explain, Mode, SearchHit, SearchRequest};
 pub use store::{
-    Admitted, CallUsage, Candidate, CandidateStatus, DoctorReport, Graph, GraphEdge, GraphNode, Neighbour, NewTool,
-    PlanStep, RecordedCalls, RecordedPlan, Registered, Registry, RegistryOptions, Settings, SortBy, Stats, ToolDetails,
-    ToolRecord, ToolStats,
+    Admitted, CallUsage, Candidate, CandidateStatus, DoctorReport, Neighbour, NewTool, PlanStep, RecordedCalls,
+    RecordedPlan, Registered, Registry, RegistryOptions, RegistryStats, Settings, SortBy, ToolDetails, ToolRecord,
+    ToolStats,
 };
 pub use transfer::ImportSummary;
 pub use usage::UsageLog;
 pub use view::{
-    Activity, EdgeKind, GRAPH_FORMAT, GraphSource, GraphView, NodeKind, Snapshot, ToolOrigin, ToolView, ViewEdge,
-    ViewNode, ViewStats, ViewToolStats,
+    Activity, EdgeKind, GRAPH_FORMAT, GraphEdge, GraphNode, GraphSource, GraphStats, GraphView, NodeKind, Snapshot,
+    ToolOrigin, ToolView, ToolViewStats,
 };
 
 /// What can go wrong with a registry.
@@ -49,25 +51,49 @@ pub use view::{
 pub enum RegistryError {
     /// The file exists but is not a Toolsmith registry.
     #[error("{path}: not a Toolsmith registry: {reason}")]
-    NotARegistry { path: PathBuf, reason: String },
+    NotARegistry {
+        /// The file.
+        path: PathBuf,
+        /// What gave it away.
+        reason: String,
+    },
     /// SQLite found the file damaged.
     #[error("{path}: the registry database is corrupt ({detail}); restore it from an export or a backup")]
-    Corrupt { path: PathBuf, detail: String },
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's words.
+        detail: String,
+    },
     /// The file cannot be opened (permissions, a directory, a read-only medium).
     #[error("{path}: cannot open the registry: {detail}")]
-    Open { path: PathBuf, detail: String },
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's or SQLite's words.
+        detail: String,
+    },
     /// Written by a newer Toolsmith.
     #[error(
         "{path}: registry schema version {found} is newer than this build supports ({supported}); upgrade toolsmith"
     )]
-    TooNew { path: PathBuf, found: i64, supported: i64 },
+    TooNew {
+        /// The file.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The newest version this build reads.
+        supported: i64,
+    },
     /// Any other database failure.
     #[error("registry database: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// The search index failed.
     #[error("search index {path}: {source}")]
     Index {
+        /// The index directory.
         path: PathBuf,
+        /// Tantivy's error.
         #[source]
         source: tantivy::TantivyError,
     },
@@ -82,11 +108,18 @@ pub enum RegistryError {
     Invalid(String),
     /// A line of an import that cannot be read; nothing of the import was kept.
     #[error("import line {line}: {message}; nothing was imported")]
-    Import { line: usize, message: String },
+    Import {
+        /// The line's number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        message: String,
+    },
     /// Filesystem failure.
     #[error("{path}: {source}")]
     Io {
+        /// The file (or `<stream>` for an import or export stream).
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },

@@ -16,6 +16,7 @@ use crate::{DIM, RegistryError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
+    /// BM25 and dense scores fused with the registry's (or the request's) alpha.
     #[default]
     Hybrid,
     /// BM25 only (alpha = 1).
@@ -27,9 +28,11 @@ pub enum Mode {
 /// A retrieval request: one or more sub-plan texts.
 #[derive(Debug, Clone)]
 pub struct SearchRequest {
+    /// The sub-plan texts, each retrieved for on its own.
     pub queries: Vec<String>,
     /// Hits kept per sub-plan before graph expansion.
     pub k: usize,
+    /// Which retrievers score the tools.
     pub mode: Mode,
     /// Follow one hop of dependency edges from the hits.
     pub expand: bool,
@@ -38,6 +41,7 @@ pub struct SearchRequest {
 }
 
 impl SearchRequest {
+    /// A hybrid search for `queries`: 5 hits each, expanded along the graph.
     pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(queries: I) -> SearchRequest {
         SearchRequest {
             queries: queries.into_iter().map(Into::into).collect(),
@@ -48,16 +52,19 @@ impl SearchRequest {
         }
     }
 
+    /// With `k` hits per sub-plan.
     pub fn k(mut self, k: usize) -> Self {
         self.k = k;
         self
     }
 
+    /// With these retrievers.
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
     }
 
+    /// With or without one hop of graph expansion.
     pub fn expand(mut self, expand: bool) -> Self {
         self.expand = expand;
         self
@@ -90,10 +97,15 @@ pub struct Explain {
 /// One retrieved tool.
 #[derive(Debug, Clone, Serialize)]
 pub struct SearchHit {
+    /// The tool's (canonical) name.
     pub name: String,
+    /// What the tool does.
     pub description: String,
+    /// How the tool runs.
     pub kind: ToolKind,
+    /// The final score hits are ranked by.
     pub score: f32,
+    /// How the score came about.
     pub explain: Explain,
 }
 

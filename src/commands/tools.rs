@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use toolsmith_contract::Manifest;
-use toolsmith_registry::{Graph, Mode, NewTool, Registered, Registry, SearchRequest, SortBy};
+use toolsmith_registry::{GraphView, Mode, NewTool, Registered, Registry, SearchRequest, SortBy};
 use toolsmith_sandbox::Toolbox;
 
 use super::{Env, print_json};
@@ -144,7 +144,7 @@ pub fn spinner(message: &str) -> ProgressBar {
     bar
 }
 
-/// Opens the registry; a new one gets the bundled tools registered.
+/// What `tools export` writes.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ExportFormat {
     Jsonl,
@@ -169,171 +169,196 @@ fn export(r: &Registry, format: ExportFormat, out: &mut dyn std::io::Write) -> R
     Ok(())
 }
 
+/// Runs one `tools` subcommand: each has its own function below.
 pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
     let mut r = env.registry()?;
     match cmd {
-        ToolsCommand::Add { path, no_merge } => {
-            let tool = read_tool(env, &path)?;
-            let bar = spinner("embedding and registering");
-            let outcome = r.register(tool, !no_merge)?;
-            bar.finish_and_clear();
-            match &outcome {
-                Registered::Added { name } => println!("added `{name}`"),
-                Registered::Updated { name } => println!("updated `{name}` (statistics and edges kept)"),
-                Registered::Unchanged { name } => println!("`{name}` is already registered as given"),
-                Registered::Merged { name, into, similarity } => {
-                    println!("`{name}` merged into `{into}` (cosine {similarity:.3}); it is now an alias")
-                }
-            }
-        }
-        ToolsCommand::List { sort, json } => {
-            let sort = match sort {
-                Sort::Name => SortBy::Name,
-                Sort::Usage => SortBy::Usage,
-                Sort::Reward => SortBy::Reward,
-                Sort::Recency => SortBy::Recency,
-            };
-            let tools = r.list(sort)?;
-            if json {
-                print_json(&tools)?;
-            } else {
-                println!(
-                    "{:<28} {:<9} {:<8} {:>6} {:>8} {:>7}  description",
-                    "name", "kind", "version", "calls", "success", "reward"
-                );
-                for t in tools {
-                    let success =
-                        t.stats.success_rate().map(|r| format!("{:.0}%", 100.0 * r)).unwrap_or_else(|| "-".into());
-                    let reward = t.mean_reward.map(|m| format!("{m:.2}")).unwrap_or_else(|| "-".into());
-                    println!(
-                        "{:<28} {:<9} {:<8} {:>6} {:>8} {:>7}  {}",
-                        t.name,
-                        t.kind.to_string(),
-                        t.version,
-                        t.stats.usage_count,
-                        success,
-                        reward,
-                        clip(&t.description, 60)
-                    );
-                }
-            }
-        }
-        ToolsCommand::Show { name, json } => {
-            let d = r.show(&name)?;
-            if json {
-                print_json(&d)?;
-            } else {
-                let t = &d.tool;
-                println!("{} {} ({})", t.name, t.version, t.kind);
-                println!("  {}", t.description);
-                println!(
-                    "  calls {}  ok {}  failed {}  caller errors {}  mean reward {}",
-                    t.stats.usage_count,
-                    t.stats.success_count,
-                    t.stats.failure_count,
-                    t.stats.caller_errors(),
-                    t.mean_reward.map(|m| format!("{m:.3}")).unwrap_or_else(|| "-".into())
-                );
-                let p = &t.manifest.provenance;
-                println!(
-                    "  provenance: author {}, run {}, parents [{}]",
-                    p.author.as_deref().unwrap_or("-"),
-                    p.created_by_run.as_deref().unwrap_or("-"),
-                    p.parents.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
-                );
-                if let Some(h) = &t.blob_hash {
-                    println!("  code: blob {h}");
-                }
-                if !d.aliases.is_empty() {
-                    println!("  aliases: {}", d.aliases.join(", "));
-                }
-                for (label, list) in [("feeds", &d.dependents), ("fed by", &d.dependencies)] {
-                    for n in list {
-                        println!("  {label} {} (count {}, weight {:.2})", n.name, n.count, n.weight);
-                    }
-                }
-                println!("  manifest:\n{}", indent(&t.manifest.to_json_pretty(), 4));
-            }
-        }
+        ToolsCommand::Add { path, no_merge } => add(env, &mut r, &path, !no_merge)?,
+        ToolsCommand::List { sort, json } => list(&r, sort, json)?,
+        ToolsCommand::Show { name, json } => show(&r, &name, json)?,
         ToolsCommand::Search(args) => search(&mut r, args)?,
         ToolsCommand::Graph(args) => graph(&r, args)?,
-        ToolsCommand::Merge { a, b } => {
-            r.merge(&a, &b)?;
-            println!("merged `{b}` into `{a}`");
-        }
-        ToolsCommand::Remove { name } => {
-            r.remove(&name)?;
-            println!("removed `{name}`");
-        }
-        ToolsCommand::Export { out, format } => match out {
-            Some(path) => {
-                // Write beside the target and rename: a failed export never leaves half a file.
-                let tmp = path.with_extension("partial");
-                let mut file = std::io::BufWriter::new(
-                    std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?,
-                );
-                export(&r, format, &mut file)?;
-                file.flush()?;
-                drop(file);
-                std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
-                eprintln!("exported to {}", path.display());
-            }
-            None => {
-                let stdout = std::io::stdout();
-                let mut lock = stdout.lock();
-                export(&r, format, &mut lock)?;
-            }
-        },
-        ToolsCommand::Import { path } => {
-            let summary = if path.as_os_str() == "-" {
-                r.import(&mut std::io::stdin().lock())?
-            } else {
-                let file = std::fs::File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-                r.import(&mut BufReader::new(file))?
-            };
-            println!(
-                "imported {} tools, {} edges, {} aliases, {} blobs, {} candidates",
-                summary.tools, summary.edges, summary.aliases, summary.blobs, summary.candidates
-            );
-        }
-        ToolsCommand::Stats { json } => {
-            let s = r.stats()?;
-            if json {
-                print_json(&s)?;
-            } else {
-                println!("registry   {} (schema v{})", s.path.display(), s.schema_version);
-                let kinds: Vec<String> = s.tools_by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
-                println!("tools      {} ({})", s.tools, kinds.join(", "));
-                println!("edges      {}", s.edges);
-                println!("aliases    {}", s.aliases);
-                println!("blobs      {} ({} KiB)", s.blobs, s.blob_bytes / 1024);
-                println!("candidates {} pending", s.candidates_pending);
-                println!("calls      {}", s.total_calls);
-                println!("file       {} KiB", s.database_bytes / 1024);
-            }
-        }
-        ToolsCommand::Reindex => {
-            let bar = spinner("rebuilding the search index");
-            let embedded = r.reindex()?;
-            bar.finish_and_clear();
-            println!("reindexed {} tools ({embedded} newly embedded)", r.len()?);
-        }
-        ToolsCommand::Doctor => {
-            let report = r.doctor()?;
-            for c in &report.checks {
-                println!("checked: {c}");
-            }
-            if report.problems.is_empty() {
-                println!("healthy");
-            } else {
-                for p in &report.problems {
-                    println!("problem: {p}");
-                }
-                return Ok(ExitCode::FAILURE);
-            }
-        }
+        ToolsCommand::Merge { a, b } => merge(&mut r, &a, &b)?,
+        ToolsCommand::Remove { name } => remove(&mut r, &name)?,
+        ToolsCommand::Export { out, format } => export_to(&r, format, out.as_deref())?,
+        ToolsCommand::Import { path } => import(&mut r, &path)?,
+        ToolsCommand::Stats { json } => stats(&r, json)?,
+        ToolsCommand::Reindex => reindex(&mut r)?,
+        ToolsCommand::Doctor => return doctor(&mut r),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn add(env: &Env, r: &mut Registry, path: &Path, merge: bool) -> Result<()> {
+    let tool = read_tool(env, path)?;
+    let bar = spinner("embedding and registering");
+    let outcome = r.register(tool, merge)?;
+    bar.finish_and_clear();
+    match &outcome {
+        Registered::Added { name } => println!("added `{name}`"),
+        Registered::Updated { name } => println!("updated `{name}` (statistics and edges kept)"),
+        Registered::Unchanged { name } => println!("`{name}` is already registered as given"),
+        Registered::Merged { name, into, similarity } => {
+            println!("`{name}` merged into `{into}` (cosine {similarity:.3}); it is now an alias")
+        }
+    }
+    Ok(())
+}
+
+fn list(r: &Registry, sort: Sort, json: bool) -> Result<()> {
+    let sort = match sort {
+        Sort::Name => SortBy::Name,
+        Sort::Usage => SortBy::Usage,
+        Sort::Reward => SortBy::Reward,
+        Sort::Recency => SortBy::Recency,
+    };
+    let tools = r.list(sort)?;
+    if json {
+        return print_json(&tools);
+    }
+    println!(
+        "{:<28} {:<9} {:<8} {:>6} {:>8} {:>7}  description",
+        "name", "kind", "version", "calls", "success", "reward"
+    );
+    for t in tools {
+        let success = t.stats.success_rate().map(|r| format!("{:.0}%", 100.0 * r)).unwrap_or_else(|| "-".into());
+        let reward = t.mean_reward.map(|m| format!("{m:.2}")).unwrap_or_else(|| "-".into());
+        println!(
+            "{:<28} {:<9} {:<8} {:>6} {:>8} {:>7}  {}",
+            t.name,
+            t.kind.to_string(),
+            t.version,
+            t.stats.usage_count,
+            success,
+            reward,
+            clip(&t.description, 60)
+        );
+    }
+    Ok(())
+}
+
+fn show(r: &Registry, name: &str, json: bool) -> Result<()> {
+    let d = r.show(name)?;
+    if json {
+        return print_json(&d);
+    }
+    let t = &d.tool;
+    println!("{} {} ({})", t.name, t.version, t.kind);
+    println!("  {}", t.description);
+    println!(
+        "  calls {}  ok {}  failed {}  caller errors {}  mean reward {}",
+        t.stats.usage_count,
+        t.stats.success_count,
+        t.stats.failure_count,
+        t.stats.caller_errors(),
+        t.mean_reward.map(|m| format!("{m:.3}")).unwrap_or_else(|| "-".into())
+    );
+    let p = &t.manifest.provenance;
+    println!(
+        "  provenance: author {}, run {}, parents [{}]",
+        p.author.as_deref().unwrap_or("-"),
+        p.created_by_run.as_deref().unwrap_or("-"),
+        p.parents.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    if let Some(h) = &t.blob_hash {
+        println!("  code: blob {h}");
+    }
+    if !d.aliases.is_empty() {
+        println!("  aliases: {}", d.aliases.join(", "));
+    }
+    for (label, list) in [("feeds", &d.dependents), ("fed by", &d.dependencies)] {
+        for n in list {
+            println!("  {label} {} (count {}, weight {:.2})", n.name, n.count, n.weight);
+        }
+    }
+    println!("  manifest:\n{}", indent(&t.manifest.to_json_pretty(), 4));
+    Ok(())
+}
+
+fn merge(r: &mut Registry, a: &str, b: &str) -> Result<()> {
+    r.merge(a, b)?;
+    println!("merged `{b}` into `{a}`");
+    Ok(())
+}
+
+fn remove(r: &mut Registry, name: &str) -> Result<()> {
+    r.remove(name)?;
+    println!("removed `{name}`");
+    Ok(())
+}
+
+/// Exports to `out`, or to stdout.
+fn export_to(r: &Registry, format: ExportFormat, out: Option<&Path>) -> Result<()> {
+    let Some(path) = out else {
+        let stdout = std::io::stdout();
+        return export(r, format, &mut stdout.lock());
+    };
+    // Write beside the target and rename: a failed export never leaves half a file.
+    let tmp = path.with_extension("partial");
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?,
+    );
+    export(r, format, &mut file)?;
+    file.flush()?;
+    drop(file);
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!("exported to {}", path.display());
+    Ok(())
+}
+
+fn import(r: &mut Registry, path: &Path) -> Result<()> {
+    let summary = if path.as_os_str() == "-" {
+        r.import(&mut std::io::stdin().lock())?
+    } else {
+        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        r.import(&mut BufReader::new(file))?
+    };
+    println!(
+        "imported {} tools, {} edges, {} aliases, {} blobs, {} candidates",
+        summary.tools, summary.edges, summary.aliases, summary.blobs, summary.candidates
+    );
+    Ok(())
+}
+
+fn stats(r: &Registry, json: bool) -> Result<()> {
+    let s = r.stats()?;
+    if json {
+        return print_json(&s);
+    }
+    println!("registry   {} (schema v{})", s.path.display(), s.schema_version);
+    let kinds: Vec<String> = s.tools_by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    println!("tools      {} ({})", s.graph.tools, kinds.join(", "));
+    println!("edges      {}", s.graph.edges);
+    println!("aliases    {}", s.graph.aliases);
+    println!("blobs      {} ({} KiB)", s.blobs, s.blob_bytes / 1024);
+    println!("candidates {} pending", s.candidates_pending);
+    println!("calls      {}", s.graph.calls);
+    println!("file       {} KiB", s.database_bytes / 1024);
+    Ok(())
+}
+
+fn reindex(r: &mut Registry) -> Result<()> {
+    let bar = spinner("rebuilding the search index");
+    let embedded = r.reindex()?;
+    bar.finish_and_clear();
+    println!("reindexed {} tools ({embedded} newly embedded)", r.len()?);
+    Ok(())
+}
+
+/// Prints the checks and problems; a problem fails the command.
+fn doctor(r: &mut Registry) -> Result<ExitCode> {
+    let report = r.doctor()?;
+    for c in &report.checks {
+        println!("checked: {c}");
+    }
+    if report.problems.is_empty() {
+        println!("healthy");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for p in &report.problems {
+        println!("problem: {p}");
+    }
+    Ok(ExitCode::FAILURE)
 }
 
 fn read_tool(env: &Env, path: &Path) -> Result<NewTool> {
@@ -394,7 +419,11 @@ fn search(r: &mut Registry, args: SearchArgs) -> Result<()> {
 }
 
 fn graph(r: &Registry, args: GraphArgs) -> Result<()> {
-    let g = r.graph(args.around.as_deref(), args.depth)?;
+    let whole = r.graph_view()?;
+    let g = match &args.around {
+        Some(name) => whole.around(name, args.depth)?,
+        None => whole,
+    };
     let text = match args.format {
         GraphFormat::Dot => to_dot(&g),
         GraphFormat::Mermaid => to_mermaid(&g),
@@ -416,13 +445,14 @@ fn graph(r: &Registry, args: GraphArgs) -> Result<()> {
     Ok(())
 }
 
-fn to_dot(g: &Graph) -> String {
+/// Tools and plan edges as Graphviz `dot`; aliases are left out.
+fn to_dot(g: &GraphView) -> String {
     let mut s =
         String::from("digraph tools {\n  rankdir=LR;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n");
-    for n in &g.nodes {
-        let _ = writeln!(s, "  \"{}\" [tooltip=\"{} tool, {} calls\"];", n.name, n.kind, n.usage_count);
+    for n in g.tools() {
+        let _ = writeln!(s, "  \"{}\" [tooltip=\"{} tool, {} calls\"];", n.name, n.kind, n.calls);
     }
-    for e in &g.edges {
+    for e in g.plan_edges() {
         let _ = writeln!(
             s,
             "  \"{}\" -> \"{}\" [label=\"{}\", penwidth={:.2}];",
@@ -436,12 +466,13 @@ fn to_dot(g: &Graph) -> String {
     s
 }
 
-fn to_mermaid(g: &Graph) -> String {
+/// Tools and plan edges as a Mermaid flowchart; aliases are left out.
+fn to_mermaid(g: &GraphView) -> String {
     let mut s = String::from("graph LR\n");
-    for n in &g.nodes {
+    for n in g.tools() {
         let _ = writeln!(s, "  {}[\"{}\"]", n.name, n.name);
     }
-    for e in &g.edges {
+    for e in g.plan_edges() {
         let _ = writeln!(s, "  {} -->|{}| {}", e.src, e.count, e.dst);
     }
     s

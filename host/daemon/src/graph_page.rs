@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 use toolsmith_registry::{
-    GraphSource, GraphView, Registry, RegistryError, SearchRequest, Snapshot, ToolView, ViewStats,
+    GraphSource, GraphStats, GraphView, Registry, RegistryError, SearchRequest, Snapshot, ToolView,
 };
 
 use super::Daemon;
@@ -64,7 +64,7 @@ pub struct GraphEvent {
 }
 
 impl GraphEvent {
-    pub(crate) fn new(activity: toolsmith_registry::Activity, stats: ViewStats) -> GraphEvent {
+    pub(crate) fn new(activity: toolsmith_registry::Activity, stats: GraphStats) -> GraphEvent {
         GraphEvent {
             generation: activity.generation,
             activity: activity.activity,
@@ -389,10 +389,8 @@ pub(crate) fn job_checkpoint_graphs(job: &str, run: &Path) -> Vec<(CheckpointGra
 pub fn static_page(registry: &Registry) -> Result<String, RegistryError> {
     let graph: GraphView = registry.graph_view()?;
     let mut details: BTreeMap<String, ToolView> = BTreeMap::new();
-    for node in &graph.nodes {
-        if node.canonical.is_none() {
-            details.insert(node.name.clone(), registry.tool_view(&node.name)?);
-        }
+    for node in graph.tools() {
+        details.insert(node.name.clone(), registry.tool_view(&node.name)?);
     }
     let data = serde_json::to_string(&json!({ "graph": graph, "details": details }))
         .map_err(|e| RegistryError::Invalid(format!("cannot write the graph as JSON: {e}")))?;

@@ -93,9 +93,9 @@ fn concurrent_readers_and_writers_in_several_processes() {
     }
     let mut r = open(&path);
     let stats = r.stats().expect("stats");
-    assert_eq!(stats.tools, 3 * 15 * 2);
-    assert_eq!(stats.edges, 3 * 15);
-    assert_eq!(stats.total_calls, 3 * 15);
+    assert_eq!(stats.graph.tools, 3 * 15 * 2);
+    assert_eq!(stats.graph.edges, 3 * 15);
+    assert_eq!(stats.graph.calls, 3 * 15);
     assert!(r.doctor().expect("doctor").problems.is_empty());
     // Every writer's tools reached this process's index.
     let hits = r.search(&SearchRequest::new(["Writer 2 parses record set 14"]).k(1).expand(false)).expect("search");

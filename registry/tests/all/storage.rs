@@ -14,7 +14,7 @@ fn a_version_1_registry_opens_and_migrates_without_losing_data() {
     let mut r = open(&path);
     let stats = r.stats().expect("stats");
     assert_eq!(stats.schema_version, SCHEMA_VERSION);
-    assert_eq!((stats.tools, stats.edges, stats.aliases, stats.blobs), (3, 2, 1, 1));
+    assert_eq!((stats.graph.tools, stats.graph.edges, stats.graph.aliases, stats.blobs), (3, 2, 1, 1));
     assert_eq!(stats.candidates_pending, 1);
     let mean = r.show("average").expect("alias survives");
     assert_eq!(mean.tool.name, "mean");

@@ -81,6 +81,45 @@ fn merged_failures_add_up_and_aliases_become_nodes() {
 }
 
 #[test]
+fn a_part_of_the_graph_is_the_tools_near_one_with_their_aliases() {
+    let (_d, path) = temp();
+    let mut r = open(&path);
+    let names = ["fetch_rows", "csv_parse", "mean_of", "plot_values", "lonely_tool", "old_parse"];
+    r.register_many(names.iter().map(|n| tool(n, &format!("The {n} tool."))).collect(), false).expect("register");
+    let plan = [step("a", "fetch_rows", &[]), step("b", "csv_parse", &["a"]), step("c", "mean_of", &["b"])];
+    r.record_plan(&plan, 1.0).expect("plan");
+    r.record_plan(&[step("a", "mean_of", &[]), step("b", "plot_values", &["a"])], 1.0).expect("plan");
+    r.record_calls(&[CallUsage::new("csv_parse", None), CallUsage::new("plot_values", None)]).expect("calls");
+    r.merge("csv_parse", "old_parse").expect("merge");
+    let graph = r.graph_view().expect("graph");
+
+    // Asked for by its alias, one hop either way along plan edges; the alias comes along.
+    let part = graph.around("old_parse", 1).expect("around");
+    let nodes: Vec<&str> = part.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(nodes, ["csv_parse", "fetch_rows", "mean_of", "old_parse"]);
+    let edges: Vec<(&str, &str, EdgeKind)> =
+        part.edges.iter().map(|e| (e.src.as_str(), e.dst.as_str(), e.kind)).collect();
+    assert_eq!(
+        edges,
+        [
+            ("csv_parse", "mean_of", EdgeKind::Plan),
+            ("fetch_rows", "csv_parse", EdgeKind::Plan),
+            ("old_parse", "csv_parse", EdgeKind::Alias)
+        ]
+    );
+    assert_eq!((part.stats.tools, part.stats.aliases, part.stats.edges, part.stats.calls), (3, 1, 2, 1));
+    assert_eq!((part.format, part.generation), (graph.format, graph.generation));
+
+    let alone = graph.around("csv_parse", 0).expect("depth 0");
+    assert_eq!(alone.tools().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["csv_parse"]);
+    assert_eq!(alone.plan_edges().count(), 0);
+    let reachable = graph.around("fetch_rows", 10).expect("far");
+    assert_eq!(reachable.stats.tools, 4, "everything but the tool no plan used");
+    assert_eq!(graph.stats, r.view_stats().expect("totals"), "the totals of the whole graph, counted by SQL");
+    assert!(matches!(graph.around("no_such_tool", 1), Err(toolsmith_registry::RegistryError::NotFound(_))));
+}
+
+#[test]
 fn an_admitted_tool_names_the_episode_it_came_from() {
     let (_d, path) = temp();
     let mut r = open(&path);
