@@ -9,23 +9,11 @@ use toolsmith_train::SftConfig;
 use toolsmith_train::rl::RlConfig;
 
 use super::publish::Publisher;
-use super::runner::{Control, Runner};
+use super::runner::{Control, Inner, Runner};
 use super::store::Store;
 use super::{Job, JobError, JobInputs, JobKind, JobState, JobsStatus};
 use crate::Daemon;
 use crate::openai::Served;
-
-/// What every handle on the jobs shares: the table and the runner's controls.
-pub(super) struct Inner {
-    pub(super) store: Store,
-    pub(super) control: Control,
-}
-
-impl std::fmt::Debug for Inner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Jobs").field("store", &self.store.path()).finish_non_exhaustive()
-    }
-}
 
 /// The job queue and its runner. Cheap to clone.
 #[derive(Clone, Debug)]

@@ -17,8 +17,21 @@ use toolsmith_train::rl::{RlConfig, RlTrainer};
 use toolsmith_train::{Event, SftConfig, TrainError, sft};
 
 use super::publish::Publisher;
-use super::queue::Inner;
+use super::store::Store;
 use super::{Job, JobInputs, JobKind, JobState, Live};
+
+
+/// What every handle on the jobs shares: the table and the runner's controls.
+pub(super) struct Inner {
+    pub(super) store: Store,
+    pub(super) control: Control,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jobs").field("store", &self.store.path()).finish_non_exhaustive()
+    }
+}
 
 /// What the API and the runner thread share about the running job.
 #[derive(Debug, Default)]
