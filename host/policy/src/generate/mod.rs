@@ -4,12 +4,13 @@
 //!
 //! A call runs in phases: the prompts are checked, each row's sampler is started, prefixes are
 //! taken from a [`PrefixCache`] where one is given (`prefill.rs`), the prompts are prefilled, and
-//! the decode loop draws, streams and feeds back one token per row and step (`decode.rs`,
-//! `sample.rs`).
+//! the decode loop draws, streams and feeds back one token per row and step (`decode.rs`, with
+//! each row in `sequence.rs` and the draws in `sample.rs`).
 
 mod decode;
 mod prefill;
 mod sample;
+mod sequence;
 
 use std::time::Instant;
 
@@ -18,9 +19,10 @@ use serde::{Deserialize, Serialize};
 use crate::prefix::PrefixCache;
 use crate::sampling::SamplingParams;
 use crate::{Policy, PolicyError};
-use decode::{Decoding, Sequence};
+use decode::Decoding;
 use prefill::{Layout, PromptBatch};
 use sample::logits_rows;
+use sequence::Sequence;
 
 /// Why a sequence stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 //! Drawing the next tokens: every running row's at once (over the machine's cores), or one row's
-//! under a constraint; and the text checks around them (stop strings, what may be streamed).
+//! under a constraint; and the logits they are drawn from, as host rows.
 
 use tch::{Device, Kind, Tensor};
 
@@ -7,7 +7,7 @@ use crate::PolicyError;
 use crate::sampling::Sampler;
 
 use super::Constraint;
-use super::decode::Sequence;
+use super::sequence::Sequence;
 
 /// Each running row's next token and its log-prob ([`Sampler::next_scored`]), rows spread over
 /// the machine's cores: the model's threads are idle meanwhile, and a batch's rows cost a pass
@@ -83,22 +83,6 @@ pub(super) fn logits_rows(logits: &Tensor, vocab: i64) -> Result<Vec<Vec<f32>>, 
     let flat = logits.to_kind(Kind::Float).to_device(Device::Cpu).contiguous().view([-1]);
     let values = Vec::<f32>::try_from(&flat).map_err(PolicyError::Torch)?;
     Ok(values.chunks(vocab as usize).map(<[f32]>::to_vec).collect())
-}
-
-/// Byte offset of the earliest stop string in `text`.
-pub(super) fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
-    stops.iter().filter_map(|s| text.find(s.as_str())).min()
-}
-
-/// How much of `text` can be streamed now: everything but a tail that could still grow into a
-/// stop string, and never a trailing replacement character (half of a multi-byte character).
-pub(super) fn safe_prefix(text: &str, longest_stop: usize) -> usize {
-    let mut end = text.len().saturating_sub(longest_stop.saturating_sub(1));
-    while end > 0 && !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let trimmed = text[..end].trim_end_matches('\u{FFFD}');
-    trimmed.len()
 }
 
 #[cfg(test)]
