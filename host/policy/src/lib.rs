@@ -6,6 +6,12 @@
 //! `tokenizer.json`, `tokenizer_config.json`), so real models load as they are and our own
 //! checkpoints load in `transformers`. Toolsmith adds `toolsmith-state.json` (training step,
 //! tokenizer hash, optimizer state).
+//!
+//! The [`policy`] holds what the other rooms make: [`models`] and [`config`] describe the network,
+//! [`decoder`] runs it, [`checkpoint`] and [`lora`] read and write its files, [`tokenizer`] maps
+//! text to ids, [`generate`] (with [`sampling`], [`prefix`], [`constrain`] and [`calls`]) decodes
+//! and [`score`] scores for training; [`precision`], [`runtime`], [`packed`] and [`memory`] are
+//! about the machine it runs on.
 
 #![warn(missing_docs)]
 
