@@ -1,48 +1,66 @@
-//! Model configuration as written in a checkpoint's `config.json`, for the Qwen2 and Llama
-//! families. Each architecture file (`qwen2.rs`, `llama.rs`) deserialises its own config and
-//! resolves it into one [`DecoderSpec`], the hyperparameters the shared decoder is built from.
-
-use std::path::Path;
+//! What both model families' `config.json` share ([`CommonConfig`]) and the hyperparameters the
+//! shared decoder is built from ([`DecoderSpec`]). Each family ([`crate::models`]) deserialises its
+//! own config and resolves it into a [`DecoderSpec`].
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{PolicyError, llama, qwen2};
+use crate::PolicyError;
+
+/// The tiny default configuration (Qwen2-style, about 4 M parameters).
+pub const TINY_CONFIG: &str = include_str!("../assets/tiny-config.json");
 
 /// Fields both families share, with Hugging Face's names. Sizes have no defaults: every real
 /// `config.json` states them, and guessing a size would load the wrong model silently.
 #[derive(Debug, Clone, Deserialize)]
 pub struct CommonConfig {
+    /// Rows of the embedding matrix (and of the LM head).
     pub vocab_size: i64,
+    /// Width of the residual stream.
     pub hidden_size: i64,
+    /// Width of the MLP's hidden layer.
     pub intermediate_size: i64,
+    /// Decoder layers.
     pub num_hidden_layers: i64,
+    /// Query heads per layer.
     pub num_attention_heads: i64,
+    /// Key/value heads per layer (grouped-query attention); absent: as many as query heads.
     #[serde(default)]
     pub num_key_value_heads: Option<i64>,
+    /// Width of a head; absent: `hidden_size / num_attention_heads`.
     #[serde(default)]
     pub head_dim: Option<i64>,
+    /// RMSNorm's epsilon. By default 1e-6.
     #[serde(default = "default_rms_norm_eps")]
     pub rms_norm_eps: f64,
     /// Transformers 4.x writes `rope_theta` and `rope_scaling`; 5.x writes `rope_parameters`.
     #[serde(default)]
     pub rope_theta: Option<f64>,
+    /// Transformers 4.x's rotary scaling (`rope_type` and its numbers).
     #[serde(default)]
     pub rope_scaling: Option<Value>,
+    /// Transformers 5.x's rotary parameters (`rope_theta`, `rope_type` and its numbers).
     #[serde(default)]
     pub rope_parameters: Option<Value>,
+    /// The context length. By default 2048.
     #[serde(default = "default_max_positions")]
     pub max_position_embeddings: i64,
+    /// Whether the LM head is the embedding matrix.
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// The MLP's activation; only `silu` is supported.
     #[serde(default = "default_hidden_act")]
     pub hidden_act: String,
+    /// Standard deviation of freshly initialised weights. By default 0.02.
     #[serde(default = "default_initializer_range")]
     pub initializer_range: f64,
+    /// The beginning-of-sequence id(s).
     #[serde(default)]
     pub bos_token_id: Option<TokenIds>,
+    /// The end-of-sequence id(s).
     #[serde(default)]
     pub eos_token_id: Option<TokenIds>,
+    /// The padding id(s).
     #[serde(default)]
     pub pad_token_id: Option<TokenIds>,
     /// `torch_dtype` in 4.x, `dtype` in 5.x: the precision the weights were saved in.
@@ -67,11 +85,14 @@ fn default_initializer_range() -> f64 {
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(untagged)]
 pub enum TokenIds {
+    /// A single id.
     One(i64),
+    /// A list of ids.
     Many(Vec<i64>),
 }
 
 impl TokenIds {
+    /// The ids as a list.
     pub fn to_vec(&self) -> Vec<i64> {
         match self {
             TokenIds::One(id) => vec![*id],
@@ -83,38 +104,60 @@ impl TokenIds {
 /// Rotary embedding frequency schedule.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RopeScaling {
+    /// The plain schedule: `theta^(-2i/d)`.
     Default,
     /// Position interpolation: every frequency divided by `factor`.
     Linear {
+        /// What every frequency is divided by.
         factor: f64,
     },
     /// Llama 3.1's piecewise schedule.
     Llama3 {
+        /// What low frequencies are divided by.
         factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` are scaled.
         low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are kept.
         high_freq_factor: f64,
+        /// The context length the model was pretrained with.
         original_max_position_embeddings: f64,
     },
 }
 
-/// The resolved hyperparameters of a decoder: what `decoder::Transformer` is built from.
+/// The resolved hyperparameters of a decoder: what [`crate::decoder::Transformer`] is built from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecoderSpec {
+    /// Rows of the embedding matrix (and of the LM head).
     pub vocab_size: i64,
+    /// Width of the residual stream.
     pub hidden_size: i64,
+    /// Width of the MLP's hidden layer.
     pub intermediate_size: i64,
+    /// Decoder layers.
     pub layers: i64,
+    /// Query heads per layer.
     pub heads: i64,
+    /// Key/value heads per layer (a divisor of `heads`).
     pub kv_heads: i64,
+    /// Width of a head (even, for the rotary halves).
     pub head_dim: i64,
+    /// RMSNorm's epsilon.
     pub rms_norm_eps: f64,
+    /// The rotary base.
     pub rope_theta: f64,
+    /// The rotary frequency schedule.
     pub rope_scaling: RopeScaling,
+    /// The context length.
     pub max_position_embeddings: i64,
+    /// Whether the LM head is the embedding matrix.
     pub tie_word_embeddings: bool,
+    /// Biases on the query, key and value projections.
     pub qkv_bias: bool,
+    /// A bias on the output projection.
     pub o_bias: bool,
+    /// Biases on the MLP's projections.
     pub mlp_bias: bool,
+    /// Standard deviation of freshly initialised weights.
     pub initializer_range: f64,
 }
 
@@ -254,57 +297,5 @@ impl CommonConfig {
             }
         };
         Ok((theta, scaling))
-    }
-}
-
-/// A checkpoint's model configuration, by family.
-#[derive(Debug, Clone)]
-pub enum ModelConfig {
-    Qwen2(qwen2::Config),
-    Llama(llama::Config),
-}
-
-impl ModelConfig {
-    /// Parses `config.json` text; the family comes from `model_type`.
-    pub fn from_json(value: &Value) -> Result<Self, PolicyError> {
-        let model_type = value.get("model_type").and_then(Value::as_str).ok_or_else(|| {
-            PolicyError::Config("config has no \"model_type\" (expected \"qwen2\" or \"llama\")".into())
-        })?;
-        let parse_error = |e: serde_json::Error| PolicyError::Config(e.to_string());
-        match model_type {
-            "qwen2" => Ok(Self::Qwen2(qwen2::Config::deserialize(value).map_err(parse_error)?)),
-            "llama" => Ok(Self::Llama(llama::Config::deserialize(value).map_err(parse_error)?)),
-            other => Err(PolicyError::Config(format!("model_type {other:?} is not supported (qwen2, llama)"))),
-        }
-    }
-
-    /// Reads and parses a `config.json` file.
-    pub fn from_file(path: &Path) -> Result<(Self, Value), PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::io(path, e))?;
-        let value: Value =
-            serde_json::from_str(&text).map_err(|e| PolicyError::Config(format!("{}: {e}", path.display())))?;
-        let config = Self::from_json(&value).map_err(|e| PolicyError::Config(format!("{}: {e}", path.display())))?;
-        Ok((config, value))
-    }
-
-    pub fn architecture(&self) -> &'static str {
-        match self {
-            Self::Qwen2(_) => "qwen2",
-            Self::Llama(_) => "llama",
-        }
-    }
-
-    pub fn common(&self) -> &CommonConfig {
-        match self {
-            Self::Qwen2(c) => &c.common,
-            Self::Llama(c) => &c.common,
-        }
-    }
-
-    pub fn spec(&self) -> Result<DecoderSpec, PolicyError> {
-        match self {
-            Self::Qwen2(c) => c.spec(),
-            Self::Llama(c) => c.spec(),
-        }
     }
 }

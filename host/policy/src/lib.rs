@@ -6,6 +6,14 @@
 //! `tokenizer.json`, `tokenizer_config.json`), so real models load as they are and our own
 //! checkpoints load in `transformers`. Toolsmith adds `toolsmith-state.json` (training step,
 //! tokenizer hash, optimizer state).
+//!
+//! The [`policy`] holds what the other rooms make: [`models`] and [`config`] describe the network,
+//! [`decoder`] runs it, [`checkpoint`] and [`lora`] read and write its files, [`tokenizer`] maps
+//! text to ids, [`generate`] (with [`sampling`], [`prefix`], [`constrain`] and [`calls`]) decodes
+//! and [`score`] scores for training; [`precision`], [`runtime`], [`packed`] and [`memory`] are
+//! about the machine it runs on.
+
+#![warn(missing_docs)]
 
 pub mod calls;
 pub mod checkpoint;
@@ -13,12 +21,14 @@ pub mod config;
 pub mod constrain;
 pub mod decoder;
 pub mod generate;
-pub mod llama;
 pub mod lora;
 pub mod memory;
+pub mod models;
 pub mod packed;
+pub mod policy;
+pub mod precision;
 pub mod prefix;
-pub mod qwen2;
+pub mod runtime;
 pub mod sampling;
 pub mod score;
 pub mod tokenizer;
@@ -26,35 +36,53 @@ pub mod tokenizer;
 use std::path::{Path, PathBuf};
 
 pub use calls::{CallRules, TurnConstraint, TurnGrammar, TurnMatcher};
-pub use checkpoint::{
-    CpuFeatures, LoadOptions, Policy, PolicyState, Precision, TINY_CONFIG, TINY_TOKENIZER, cpu_has_bf16,
-    cpu_trains_in_bf16, seeded,
-};
-pub use config::{DecoderSpec, ModelConfig};
+pub use checkpoint::PolicyState;
+pub use config::{DecoderSpec, TINY_CONFIG};
 pub use generate::{Constraint, FinishReason, Generation, GenerationStats, TokenEvent};
 pub use lora::{AdapterFiles, LoraConfig};
+pub use models::ModelConfig;
+pub use policy::{LoadOptions, Policy};
+pub use precision::{CpuFeatures, Precision, cpu_has_bf16, cpu_trains_in_bf16};
 pub use prefix::{PrefixCache, PrefixStats};
+pub use runtime::{parse_device, seeded, set_threads};
 pub use sampling::SamplingParams;
 pub use score::{FrozenActivations, ScoreOptions, TokenScores, TokenSequence};
 pub use tch;
-pub use tokenizer::Tokenizer;
+pub use tokenizer::{TINY_TOKENIZER, Tokenizer};
 
 /// Errors of the policy. Torch errors from libtorch itself (shapes, devices, out of memory) come
 /// through as [`PolicyError::Torch`].
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
+    /// A file could not be read or written.
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// A model or adapter configuration that is malformed or not supported.
     #[error("invalid model config: {0}")]
     Config(String),
+    /// A tokenizer that does not load, or text or ids it cannot take.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// A checkpoint directory that does not hold what a policy needs (or not for this model).
     #[error("checkpoint {path}: {message}")]
-    Checkpoint { path: PathBuf, message: String },
+    Checkpoint {
+        /// The directory or file at fault.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A generation or scoring request out of range (prompts, sampling settings, a schema).
     #[error("invalid request: {0}")]
     Sampling(String),
+    /// A device or precision this machine does not have.
     #[error("device: {0}")]
     Device(String),
+    /// An error of libtorch itself.
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
 }
@@ -112,31 +140,4 @@ pub fn locate(spec: &str) -> Result<PathBuf, PolicyError> {
         ));
     }
     Ok(dir)
-}
-
-/// Sets the number of CPU threads libtorch uses for intra-op parallelism.
-pub fn set_threads(threads: usize) {
-    tch::set_num_threads(i32::try_from(threads.max(1)).unwrap_or(i32::MAX));
-}
-
-/// Parses a device name: `cpu`, `cuda`, `cuda:N`, or `auto` (CUDA when available).
-pub fn parse_device(name: &str) -> Result<tch::Device, PolicyError> {
-    let device = match name {
-        "auto" => tch::Device::cuda_if_available(),
-        "cpu" => tch::Device::Cpu,
-        "cuda" => tch::Device::Cuda(0),
-        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
-            Some(n) => tch::Device::Cuda(n),
-            None => return Err(PolicyError::Device(format!("unknown device {other:?} (auto, cpu, cuda, cuda:N)"))),
-        },
-    };
-    if let tch::Device::Cuda(n) = device {
-        let count = tch::Cuda::device_count();
-        if n as i64 >= count {
-            return Err(PolicyError::Device(format!(
-                "{name}: CUDA is not available here ({count} device(s) visible to libtorch)"
-            )));
-        }
-    }
-    Ok(device)
 }

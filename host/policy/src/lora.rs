@@ -7,23 +7,24 @@
 //! `toolsmith-adapter.json` naming the base they were trained on, so an adapter is never applied
 //! to another model. Exporting folds them into the weights (`W + alpha/r * B A`).
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tch::nn::VarStore;
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
-use crate::decoder::{LORA_MODULES, LoraSettings, WeightInit};
-use crate::{Policy, PolicyError};
+use crate::PolicyError;
+use crate::decoder::{LORA_MODULES, LoraSettings, lowest_of_top};
 
-/// PEFT's file names.
+/// PEFT's file name of an adapter's configuration.
 pub const ADAPTER_CONFIG: &str = "adapter_config.json";
+/// PEFT's file name of an adapter's weights.
 pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
 /// Toolsmith's note of the base model an adapter belongs to.
 pub const ADAPTER_BASE: &str = "toolsmith-adapter.json";
 /// PEFT's prefix of adapter tensor names.
-const PEFT_PREFIX: &str = "base_model.model.";
+pub(crate) const PEFT_PREFIX: &str = "base_model.model.";
 
 /// How to adapt a model with LoRA.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -123,7 +124,7 @@ impl LoraConfig {
 
     /// These settings with adapters on the top `n` of a model's `layers` decoder layers only.
     pub fn on_top_layers(&self, n: usize, layers: usize) -> Result<Self, PolicyError> {
-        let lowest = crate::checkpoint::lowest_of_top(n, layers)?;
+        let lowest = lowest_of_top(n, layers)?;
         Ok(Self { layers_to_transform: Some((lowest..layers).collect()), ..self.clone() })
     }
 
@@ -136,7 +137,7 @@ impl LoraConfig {
     }
 
     /// The config PEFT writes, as PEFT reads it.
-    fn peft_json(&self, modules: &[String], base: &str) -> Value {
+    pub(crate) fn peft_json(&self, modules: &[String], base: &str) -> Value {
         serde_json::json!({
             "peft_type": "LORA",
             "task_type": "CAUSAL_LM",
@@ -203,15 +204,6 @@ impl LoraConfig {
     }
 }
 
-/// An adapter attached to a policy: its variables and configuration.
-#[derive(Debug)]
-pub(crate) struct Adapter {
-    pub(crate) vs: VarStore,
-    pub(crate) config: LoraConfig,
-    /// Where the base came from (PEFT's `base_model_name_or_path`).
-    pub(crate) base: String,
-}
-
 /// An adapter read from disk, not yet attached (the daemon reads it without holding the policy).
 #[derive(Debug)]
 pub struct AdapterFiles {
@@ -223,7 +215,7 @@ pub struct AdapterFiles {
     base: String,
     /// The training step the adapter was saved at, when Toolsmith wrote it.
     step: Option<u64>,
-    dir: std::path::PathBuf,
+    dir: PathBuf,
 }
 
 impl AdapterFiles {
@@ -255,6 +247,7 @@ impl AdapterFiles {
         Ok(Self { config, tensors, fingerprint, base, step, dir: dir.to_owned() })
     }
 
+    /// The configuration it was trained with.
     pub fn config(&self) -> &LoraConfig {
         &self.config
     }
@@ -263,69 +256,32 @@ impl AdapterFiles {
     pub fn step(&self) -> Option<u64> {
         self.step
     }
-}
 
-/// Whether `dir` holds an adapter.
-pub fn has_adapter(dir: &Path) -> bool {
-    dir.join(ADAPTER_CONFIG).is_file()
-}
-
-impl Policy {
-    /// Attaches fresh LoRA adapters (`A` drawn from libtorch's generator seeded with `seed`, `B`
-    /// zero) and freezes every base weight. Refused, before anything changes, for a module the
-    /// model lacks or numbers out of range; an adapter already attached is replaced.
-    pub fn add_lora(&mut self, config: &LoraConfig, seed: u64) -> Result<(), PolicyError> {
-        let settings = config.settings_for(self.layer_count())?;
-        let mut vs = VarStore::new(self.vs.device());
-        vs.set_kind(self.model.kind());
-        {
-            let _guard = crate::checkpoint::seeded(seed);
-            self.model.attach_lora(&vs.root(), settings, WeightInit::Random);
-        }
-        self.vs.freeze();
-        let base = self.source.as_ref().map_or_else(|| "tiny".into(), |p| p.to_string_lossy().into_owned());
-        self.adapter = Some(Adapter { vs, config: config.clone(), base });
-        self.touch();
-        Ok(())
+    /// The directory it was read from.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
     }
 
-    /// The number of decoder layers.
-    pub fn layer_count(&self) -> usize {
-        usize::try_from(self.model.spec().layers).unwrap_or(0)
+    /// The fingerprint of the base it was trained on, when Toolsmith wrote it.
+    pub(crate) fn fingerprint(&self) -> Option<&str> {
+        self.fingerprint.as_deref()
     }
 
-    /// The LoRA configuration, when adapters are attached.
-    pub fn lora(&self) -> Option<&LoraConfig> {
-        self.adapter.as_ref().map(|a| &a.config)
+    /// Where the base came from, as recorded.
+    pub(crate) fn base(&self) -> &str {
+        &self.base
     }
 
-    /// Turns the adapters off (the base model alone) or back on. No-op without adapters.
-    pub fn set_adapters_enabled(&mut self, enabled: bool) {
-        if self.adapter.is_some() {
-            self.model.set_adapters_enabled(enabled);
-            self.touch();
-        }
-    }
-
-    /// Applies an adapter read by [`AdapterFiles::read`]: checked against this base (its
-    /// fingerprint when recorded, every tensor's name and shape) before anything changes; the
-    /// adapter attached before (if any) is replaced. The base is not reloaded.
-    pub fn apply_adapter(&mut self, files: &AdapterFiles) -> Result<(), PolicyError> {
-        let dir = &files.dir;
-        if let Some(fingerprint) = &files.fingerprint
-            && *fingerprint != self.base_fingerprint()
-        {
-            return Err(PolicyError::checkpoint(
-                dir,
-                "this adapter was trained on another base model (its fingerprint differs from the loaded model's)",
-            ));
-        }
-        let settings =
-            files.config.settings_for(self.layer_count()).map_err(|e| PolicyError::checkpoint(dir, e.to_string()))?;
-        let expected: std::collections::HashMap<String, Vec<i64>> =
-            self.model.lora_shapes(&settings).into_iter().collect();
-        let mut values = std::collections::HashMap::new();
-        for (name, tensor) in &files.tensors {
+    /// Each tensor by the name of the adapter variable it fills, checked against `expected` (the
+    /// names and shapes of the adapters a model would attach): refused for a tensor of another
+    /// base or of other modules, and when one is missing.
+    pub(crate) fn tensors_for(
+        &self,
+        expected: &HashMap<String, Vec<i64>>,
+    ) -> Result<HashMap<String, &Tensor>, PolicyError> {
+        let dir = &self.dir;
+        let mut values = HashMap::new();
+        for (name, tensor) in &self.tensors {
             let Some(local) = name.strip_prefix(PEFT_PREFIX) else {
                 return Err(PolicyError::checkpoint(dir, format!("{name}: not a PEFT adapter tensor name")));
             };
@@ -354,75 +310,11 @@ impl Policy {
                 format!("{} of the {} adapter tensors are missing", expected.len() - values.len(), expected.len()),
             ));
         }
-        let mut vs = VarStore::new(self.vs.device());
-        vs.set_kind(self.model.kind());
-        // Zeros: the loaded values replace them, and a draw from libtorch's global generator
-        // would shift the dropout masks of a training unit in this process (the daemon swaps
-        // adapters while it trains).
-        self.model.attach_lora(&vs.root(), settings, WeightInit::Zeros);
-        for (name, var) in vs.variables() {
-            if let Some(value) = values.get(&name) {
-                let mut var = var;
-                tch::no_grad(|| var.f_copy_(value))?;
-            }
-        }
-        self.vs.freeze();
-        self.adapter = Some(Adapter { vs, config: files.config.clone(), base: files.base.clone() });
-        self.touch();
-        Ok(())
+        Ok(values)
     }
+}
 
-    /// Reads and applies the adapter in `dir` (see [`Policy::apply_adapter`]).
-    pub fn load_adapter(&mut self, dir: &Path) -> Result<(), PolicyError> {
-        self.apply_adapter(&AdapterFiles::read(dir)?)
-    }
-
-    /// Writes the adapter as PEFT does, plus the base's fingerprint. Nothing is written without
-    /// adapters.
-    pub fn save_adapter(&self, dir: &Path) -> Result<(), PolicyError> {
-        let Some(adapter) = &self.adapter else { return Ok(()) };
-        let modules = self.model.lora().map(|l| l.modules.clone()).unwrap_or_default();
-        let mut named: Vec<(String, Tensor)> =
-            adapter.vs.variables().into_iter().map(|(n, t)| (format!("{PEFT_PREFIX}{n}"), t)).collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
-        std::fs::create_dir_all(dir).map_err(|e| PolicyError::io(dir, e))?;
-        let weights = dir.join(ADAPTER_WEIGHTS);
-        let partial = crate::checkpoint::partial_path(&weights);
-        Tensor::write_safetensors(&named, &partial).map_err(|e| PolicyError::checkpoint(&partial, e.to_string()))?;
-        crate::checkpoint::rename(&partial, &weights)?;
-        crate::checkpoint::write_json(&dir.join(ADAPTER_CONFIG), &adapter.config.peft_json(&modules, &adapter.base))?;
-        crate::checkpoint::write_json(
-            &dir.join(ADAPTER_BASE),
-            &serde_json::json!({ "base_fingerprint": self.base_fingerprint(), "step": self.state().step }),
-        )
-    }
-
-    /// Writes the model with the adapters folded into its weights, in Hugging Face's layout (no
-    /// adapter files: it loads anywhere as a plain model). Without adapters, [`Policy::save`].
-    pub fn save_merged(&self, dir: &Path) -> Result<(), PolicyError> {
-        self.save_weights(dir, &self.model.merged_weights())
-    }
-
-    /// A fingerprint of the base an adapter belongs to: the architecture, the tokenizer and a
-    /// strided sample of every base weight (rounded to bf16, so it does not depend on the
-    /// precision the base was loaded in).
-    pub fn base_fingerprint(&self) -> String {
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(format!("{:?}", self.model.spec()).as_bytes());
-        hasher.update(self.tokenizer.hash().as_bytes());
-        let mut variables: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
-        variables.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, var) in variables {
-            let sample = tch::no_grad(|| {
-                let flat = var.flatten(0, -1);
-                let stride = (flat.numel() as i64 / 1024).max(1);
-                flat.slice(0, 0, None, stride).to_kind(Kind::BFloat16).to_kind(Kind::Float).to_device(tch::Device::Cpu)
-            });
-            hasher.update(name.as_bytes());
-            for v in Vec::<f32>::try_from(&sample).unwrap_or_default() {
-                hasher.update(&v.to_le_bytes());
-            }
-        }
-        hasher.finalize().to_hex().to_string()
-    }
+/// Whether `dir` holds an adapter.
+pub fn has_adapter(dir: &Path) -> bool {
+    dir.join(ADAPTER_CONFIG).is_file()
 }

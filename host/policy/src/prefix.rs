@@ -79,6 +79,7 @@ impl PrefixCache {
         }
     }
 
+    /// Hits, misses and what the cache holds.
     pub fn stats(&self) -> PrefixStats {
         self.stats
     }
@@ -88,6 +89,7 @@ impl PrefixCache {
         self.entries.len()
     }
 
+    /// Whether no sequence is kept.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

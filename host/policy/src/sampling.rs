@@ -11,6 +11,7 @@ use crate::PolicyError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SamplingParams {
+    /// Most tokens generated per sequence.
     pub max_new_tokens: usize,
     /// 0 means greedy (argmax).
     pub temperature: f64,
@@ -69,6 +70,7 @@ pub fn loops(output: &[i64]) -> bool {
 }
 
 impl SamplingParams {
+    /// Greedy decoding of up to `max_new_tokens` tokens, everything else by default.
     pub fn greedy(max_new_tokens: usize) -> Self {
         Self { max_new_tokens, ..Self::default() }
     }
@@ -78,6 +80,7 @@ impl SamplingParams {
         self.stop_loops && self.temperature == 0.0 && loops(output)
     }
 
+    /// Refuses settings out of range (a negative temperature, `top_p` outside (0, 1], ...).
     pub fn validate(&self) -> Result<(), PolicyError> {
         let bad = |message: String| Err(PolicyError::Sampling(message));
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
@@ -157,6 +160,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler under `params` whose generator is seeded with `params.seed + stream`.
     pub fn new(params: &SamplingParams, stream: u64) -> Self {
         Self {
             params: params.clone(),

@@ -13,6 +13,7 @@ use crate::{Policy, PolicyError};
 /// A token sequence and which of its tokens are trained on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenSequence {
+    /// The tokens.
     pub ids: Vec<i64>,
     /// Same length as `ids`; true for tokens whose log-prob enters the loss. The first token has
     /// no prediction and is never scored.
@@ -34,6 +35,7 @@ impl TokenSequence {
 /// tokens before it (position 0 and padding are 0 with mask 0).
 #[derive(Debug)]
 pub struct TokenScores {
+    /// Log-probability of each token given the tokens before it.
     pub logprobs: Tensor,
     /// Entropy of the predictive distribution at each position (when asked for; without gradient).
     pub entropy: Option<Tensor>,
@@ -105,6 +107,7 @@ impl FrozenActivations {
         self.batches.iter().flatten().count()
     }
 
+    /// Whether no micro-batch's output is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

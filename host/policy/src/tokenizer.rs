@@ -14,6 +14,10 @@ use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokeni
 
 use crate::PolicyError;
 
+/// The tiny model's byte-level BPE (3,377 ids, trace tags as single tokens), trained on
+/// `assets/tokenizer-corpus.txt` by `toolsmith policy train-tokenizer`.
+pub const TINY_TOKENIZER: &str = include_str!("../assets/tiny-tokenizer.json");
+
 /// The tags of the trace grammar. Each is one token in the tiny model's vocabulary, so the agent
 /// can never emit half a tag, and stop conditions and masks work on single ids. They are "added"
 /// but not "special" tokens (as Qwen2's `<tool_call>`): decoding keeps them in the text.
@@ -40,9 +44,12 @@ pub const TRACE_TAGS: &[&str] = &[
     "</node>",
 ];
 
-/// Control tokens of the tiny model's ChatML format (special: dropped when decoding text).
+/// Control tokens of the tiny model's ChatML format (special: dropped when decoding text): the
+/// end of a document, and the padding.
 pub const END_OF_TEXT: &str = "<|endoftext|>";
+/// ChatML's start of a turn (`<|im_start|>role\n`).
 pub const IM_START: &str = "<|im_start|>";
+/// ChatML's end of a turn, which ends a generation.
 pub const IM_END: &str = "<|im_end|>";
 const CONTROL_TOKENS: &[&str] = &[END_OF_TEXT, IM_START, IM_END];
 
@@ -82,7 +89,7 @@ impl Tokenizer {
 
     /// The tiny model's shipped tokenizer (byte-level BPE, trace tags as single tokens, ChatML).
     pub fn tiny() -> Result<Self, PolicyError> {
-        Self::from_bytes(crate::TINY_TOKENIZER.as_bytes(), Some(&tiny_tokenizer_config()))
+        Self::from_bytes(TINY_TOKENIZER.as_bytes(), Some(&tiny_tokenizer_config()))
     }
 
     /// Builds from `tokenizer.json` bytes and an optional parsed `tokenizer_config.json`.
@@ -121,6 +128,7 @@ impl Tokenizer {
         })
     }
 
+    /// Encodes `text` (control tokens in it are read as those tokens), without adding any.
     pub fn encode(&self, text: &str) -> Result<Vec<i64>, PolicyError> {
         let encoding = self.inner.encode(text, false).map_err(|e| tokenizer_error("encode", e))?;
         Ok(encoding.get_ids().iter().map(|&id| i64::from(id)).collect())
@@ -189,14 +197,17 @@ impl Tokenizer {
         Ok((text, ends))
     }
 
+    /// The id of `token`, if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<i64> {
         self.inner.token_to_id(token).map(i64::from)
     }
 
+    /// Ids in the vocabulary, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
 
+    /// The ids that end a generation.
     pub fn eos_ids(&self) -> &[i64] {
         &self.eos_ids
     }
@@ -206,18 +217,22 @@ impl Tokenizer {
         self.pad_id.or(self.eos_ids.first().copied()).unwrap_or(0)
     }
 
+    /// The id a sequence starts with, when the tokenizer has one.
     pub fn bos_id(&self) -> Option<i64> {
         self.bos_id
     }
 
+    /// `tokenizer_config.json`'s Jinja chat template, when it has one.
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
 
+    /// BLAKE3 of the `tokenizer.json` bytes, hex.
     pub fn hash(&self) -> &str {
         &self.hash
     }
 
+    /// The `tokenizers` tokenizer underneath.
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
