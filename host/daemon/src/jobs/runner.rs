@@ -20,7 +20,6 @@ use super::publish::Publisher;
 use super::store::Store;
 use super::{Job, JobInputs, JobKind, JobState, Live};
 
-
 /// What every handle on the jobs shares: the table and the runner's controls.
 pub(super) struct Inner {
     pub(super) store: Store,
