@@ -34,7 +34,7 @@ pub struct ServeArgs {
     /// Also accept this Host header (a name, or name:port), e.g. when behind a proxy.
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_hosts: Vec<String>,
-    /// Also accept browsers from this origin (scheme://host[:port], `:*` for any port).
+    /// Also accept browsers from this origin (scheme://host or scheme://host:port, `:*` for any port).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     pub allow_origins: Vec<String>,
     /// Calls that may run at once [default: number of cores].

@@ -125,7 +125,7 @@ fn draw_rl(records: &[Record], path: &Path) -> Result<(), TrainError> {
 }
 
 /// Draws a run's curves into an SVG file. A supervised run: the loss (and its moving average),
-/// held-out EM and format-error rate per mode against the step. An RL run: see [`draw_rl`].
+/// held-out EM and format-error rate per mode against the step. An RL run: see `draw_rl`.
 pub fn draw(records: &[Record], path: &Path) -> Result<(), TrainError> {
     if records.iter().any(|r| matches!(r, Record::Iteration(_))) {
         return draw_rl(records, path);

@@ -5,7 +5,7 @@
 //! the loop (evaluate before, write each unit's record, evaluate and checkpoint on the run's
 //! cadence, stop cleanly on cancel, evaluate, checkpoint and publish at the end), the guarded
 //! update (a non-finite loss or gradient norm is refused before anything changes, then clipping,
-//! then AdamW) and the one event type a caller maps. What a unit does is each trainer's [`Unit`]:
+//! then AdamW) and the one event type a caller maps. What a unit does is each trainer's `Unit`:
 //! [`crate::sft`] takes a batch of sequences, [`crate::rl`] samples groups and updates on them.
 //!
 //! A resumed run must be the run that was started: its kind, its data (by hash) and every

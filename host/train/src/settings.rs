@@ -502,7 +502,7 @@ pub trait RunConfig: Serialize + serde::de::DeserializeOwned {
     /// `sft` or `rl`.
     const KIND: &'static str;
     /// The settings of this kind of run a resume may change, besides
-    /// [`RESUMABLE_IN_ANY_RUN`](crate::run::RESUMABLE_IN_ANY_RUN).
+    /// `run::RESUMABLE_IN_ANY_RUN`.
     const RESUMABLE: &'static [&'static str];
     /// The shared settings.
     fn run(&self) -> &RunSettings;

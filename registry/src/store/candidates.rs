@@ -57,6 +57,39 @@ pub struct CandidateStatus {
     pub status: String,
 }
 
+/// One row of the candidate pool as stored: what a new candidate and an imported one both write.
+pub(crate) struct CandidateRow<'a> {
+    pub run: &'a str,
+    pub iteration: i64,
+    pub task: &'a str,
+    pub trajectory: &'a str,
+    pub reward: f64,
+    pub manifest: &'a Manifest,
+    pub blob_hash: Option<&'a str>,
+    pub created_at: i64,
+    pub status: &'a str,
+}
+
+/// Writes one candidate row; its blob, if any, is already stored.
+pub(crate) fn insert_candidate(tx: &rusqlite::Transaction<'_>, row: &CandidateRow<'_>) -> Result<(), RegistryError> {
+    tx.execute(
+        "INSERT INTO candidates (run, iteration, task, trajectory, reward, manifest, blob_hash, created_at, status) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            row.run,
+            row.iteration,
+            row.task,
+            row.trajectory,
+            row.reward,
+            manifest_json(row.manifest),
+            row.blob_hash,
+            row.created_at,
+            row.status
+        ],
+    )?;
+    Ok(())
+}
+
 impl Registry {
     /// Puts a tool created during an iteration into the candidate pool.
     pub fn add_candidate(&mut self, c: &Candidate) -> Result<i64, RegistryError> {
@@ -66,19 +99,19 @@ impl Registry {
         }
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let hash = c.tool.blob.as_deref().map(|b| put_blob(&tx, b)).transpose()?;
-        tx.execute(
-            "INSERT INTO candidates (run, iteration, task, trajectory, reward, manifest, blob_hash, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                c.run,
-                c.iteration,
-                c.task,
-                c.trajectory,
-                c.reward,
-                manifest_json(&c.tool.manifest),
-                hash,
-                now_ms()
-            ],
+        insert_candidate(
+            &tx,
+            &CandidateRow {
+                run: &c.run,
+                iteration: c.iteration,
+                task: &c.task,
+                trajectory: &c.trajectory,
+                reward: c.reward,
+                manifest: &c.tool.manifest,
+                blob_hash: hash.as_deref(),
+                created_at: now_ms(),
+                status: "pending",
+            },
         )?;
         let id = tx.last_insert_rowid();
         tx.commit()?;

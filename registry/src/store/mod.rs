@@ -31,6 +31,7 @@ pub(crate) use blobs::{blob_hash, put_blob};
 pub(crate) use calls::record_calls;
 pub use calls::{CallUsage, RecordedCalls};
 pub use candidates::{Admitted, Candidate, CandidateStatus};
+pub(crate) use candidates::{CandidateRow, insert_candidate};
 pub use doctor::DoctorReport;
 pub use links::Neighbour;
 pub(crate) use links::{aliases_of, neighbours, resolve};

@@ -13,7 +13,9 @@ use toolsmith_contract::Manifest;
 use super::{FORMAT, ImportSummary, Line, io_error};
 use crate::RegistryError;
 use crate::embed::DIM;
-use crate::store::{Registry, ToolStats, blob_hash, manifest_json, put_blob, resolve, write_tool_row};
+use crate::store::{
+    CandidateRow, Registry, ToolStats, blob_hash, insert_candidate, manifest_json, put_blob, resolve, write_tool_row,
+};
 
 /// A checked, decoded import line: what is left to write.
 enum Record {
@@ -240,20 +242,19 @@ impl Apply<'_> {
     }
 
     fn candidate(&mut self, c: ImportedCandidate) -> Result<(), RegistryError> {
-        self.tx.execute(
-            "INSERT INTO candidates (run, iteration, task, trajectory, reward, manifest, blob_hash, created_at, \
-             status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                c.run,
-                c.iteration,
-                c.task,
-                c.trajectory,
-                c.reward,
-                manifest_json(&c.manifest),
-                c.blob_hash,
-                c.created_at,
-                c.status
-            ],
+        insert_candidate(
+            self.tx,
+            &CandidateRow {
+                run: &c.run,
+                iteration: c.iteration,
+                task: &c.task,
+                trajectory: &c.trajectory,
+                reward: c.reward,
+                manifest: &c.manifest,
+                blob_hash: c.blob_hash.as_deref(),
+                created_at: c.created_at,
+                status: &c.status,
+            },
         )?;
         self.summary.candidates += 1;
         Ok(())

@@ -238,8 +238,6 @@ impl Pending {
     }
 }
 
-impl BatchedBackend {}
-
 impl Backend for BatchedBackend {
     fn name(&self) -> String {
         format!("local:{}", self.label)

@@ -1,6 +1,6 @@
 //! The RL run's setup: the starting policy and its frozen reference, the training worlds and
 //! their tools (simulated for MTR), the rollout backend (in process or an engine) and the tool
-//! graph; each iteration is [`super::iteration`]'s. The loop, checkpoints, resume and evaluation
+//! graph; each iteration is `iteration`'s. The loop, checkpoints, resume and evaluation
 //! are the trainer core's ([`crate::run`]).
 
 use std::path::{Path, PathBuf};
