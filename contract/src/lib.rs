@@ -33,6 +33,8 @@ mod error;
 mod manifest;
 pub mod schemas;
 pub mod sync;
+#[cfg(feature = "validate")]
+pub mod validate;
 
 pub use error::{ErrorKind, PythonException, StructuredError};
 
