@@ -63,6 +63,9 @@ enum Command {
     /// Browse and maintain the tool graph (the registry).
     #[command(subcommand)]
     Tools(commands::tools::ToolsCommand),
+    /// Say what this binary found of its native parts (libtorch, ONNX Runtime, models, guests,
+    /// SDK), what is missing and the command that fixes it.
+    Doctor(commands::doctor::DoctorArgs),
     /// Print the JSON Schemas of the contract (tool manifest, structured error).
     Schema {
         /// Which schema.
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::agent::run(&env, args),
         Command::World(cmd) => commands::agent::world(&env, cmd),
         Command::Tools(cmd) => commands::tools::run(&env, cmd),
+        Command::Doctor(args) => commands::doctor::run(&env, args),
         Command::Schema { which } => commands::print_schema(which),
         Command::Reference { page } => commands::reference::run(page, <Cli as clap::CommandFactory>::command()),
     };

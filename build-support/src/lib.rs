@@ -104,7 +104,8 @@ pub fn write_out(name: &str, contents: &str) -> PathBuf {
 }
 
 /// For a crate whose binaries, tests or benchmarks link libtorch (through `tch`): embeds the
-/// libtorch library directory as an rpath, so they run without `LD_LIBRARY_PATH`.
+/// libtorch library directory as an rpath, so they run without `LD_LIBRARY_PATH`; an installed
+/// binary's own copy comes first (see `scripts/install.sh`).
 ///
 /// The crate needs a direct `torch-sys` dependency: only direct dependents of a `links` crate see
 /// its `DEP_TCH_LIBTORCH_LIB`. Link arguments apply to the crate's own targets only, which is why
@@ -115,6 +116,9 @@ pub fn link_libtorch() {
         println!("cargo:warning=DEP_TCH_LIBTORCH_LIB is not set: add a direct torch-sys dependency");
         return;
     };
+    // First the copy `scripts/install.sh` puts beside an installed binary (PREFIX/bin/toolsmith,
+    // PREFIX/share/toolsmith/libtorch), so an install outlives its checkout; then this build's own.
+    println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN/../share/toolsmith/libtorch/lib");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
     // rustc links with --as-needed, which drops libtorch_cuda (nothing references it by symbol)
     // and with it CUDA support; keep it whenever this libtorch has one.

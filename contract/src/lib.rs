@@ -30,6 +30,7 @@
 
 mod convert;
 mod error;
+pub mod home;
 mod manifest;
 pub mod schemas;
 pub mod sync;

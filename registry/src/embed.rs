@@ -26,7 +26,7 @@ pub struct ModelFiles {
 
 impl ModelFiles {
     /// `$TOOLSMITH_EMBEDDING_MODEL` and `$TOOLSMITH_ONNXRUNTIME` when set, else the files the setup
-    /// script put under `.deps/` (`$TOOLSMITH_DEPS` when set, else the checkout's own).
+    /// script put in the data directory ([`toolsmith_contract::home`]).
     pub fn locate() -> ModelFiles {
         let deps = deps_dir();
         let model_dir =
@@ -38,13 +38,10 @@ impl ModelFiles {
     }
 }
 
-/// `.deps/` with what `scripts/setup.sh` fetched: `$TOOLSMITH_DEPS` when set (a binary installed
-/// elsewhere, or checkouts that share one target directory, where the last build's compiled-in path
-/// would win), else the one of the checkout this crate was built from.
+/// The data directory with what `scripts/setup.sh` fetched or `scripts/install.sh` copied (see
+/// [`toolsmith_contract::home`]).
 fn deps_dir() -> PathBuf {
-    std::env::var_os("TOOLSMITH_DEPS")
-        .filter(|d| !d.is_empty())
-        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps"), PathBuf::from)
+    toolsmith_contract::home::data_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps")).0
 }
 
 /// The sentence embedder. Loading takes about 0.4 s; share one per process.

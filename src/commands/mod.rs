@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod call;
 pub mod create;
+pub mod doctor;
 pub mod jobs;
 pub mod plugin;
 pub mod policy;

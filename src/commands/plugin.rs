@@ -11,17 +11,25 @@ use super::Env;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum PluginCommand {
-    /// Scaffold a new plugin crate that builds as-is.
+    /// Scaffold a new plugin crate that builds as-is, anywhere (see --sdk-source).
     New {
         /// The tool's name (snake_case); also the crate's name.
         name: String,
         /// Where to create it [default: ./NAME].
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Path of the toolsmith-sdk crate to depend on [default: the SDK this binary was built
-        /// from, or $TOOLSMITH_SDK_PATH].
+        /// Where the project gets toolsmith-sdk from. `auto`: the enclosing checkout's sdk/ when
+        /// the project is inside one, else the copy an install ships, else the checkout this
+        /// binary was built from.
+        #[arg(long, value_enum, default_value = "auto")]
+        sdk_source: SdkSource,
+        /// Depend on the SDK at this path (a checkout's sdk/ or an installed copy); implies
+        /// `--sdk-source path`.
         #[arg(long, env = "TOOLSMITH_SDK_PATH")]
         sdk: Option<PathBuf>,
+        /// The repository for `--sdk-source git` (tag `vVERSION`).
+        #[arg(long, default_value = env!("CARGO_PKG_REPOSITORY"))]
+        sdk_git: String,
     },
     /// Build a plugin crate into a component (cargo, release, wasm32-wasip2) and check it loads.
     Build {
@@ -45,6 +53,23 @@ pub enum PluginCommand {
     },
 }
 
+/// Where a generated plugin project takes `toolsmith-sdk` from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SdkSource {
+    /// The first that exists: an enclosing checkout, the installed copy, this binary's checkout.
+    Auto,
+    /// The copy `scripts/install.sh` puts in the data directory (DATA/sdk/toolsmith-sdk-VERSION).
+    Installed,
+    /// The sdk/ of the checkout this binary was built from.
+    Checkout,
+    /// A path given with `--sdk`.
+    Path,
+    /// A git dependency on the repository (`--sdk-git`) at tag vVERSION.
+    Git,
+    /// The crates.io release of this version.
+    CratesIo,
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum InspectFormat {
     Manifest,
@@ -54,10 +79,12 @@ pub enum InspectFormat {
 
 pub fn run(env: &Env, cmd: PluginCommand) -> Result<ExitCode> {
     match cmd {
-        PluginCommand::New { name, dir, sdk } => {
+        PluginCommand::New { name, dir, sdk_source, sdk, sdk_git } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            scaffold(&name, &dir, sdk)?;
-            println!("created plugin `{name}` in {}", dir.display());
+            let source = if sdk.is_some() { SdkSource::Path } else { sdk_source };
+            let dependency = sdk_dependency(source, sdk.as_deref(), &sdk_git, &dir)?;
+            scaffold(&name, &dir, &dependency)?;
+            println!("created plugin `{name}` in {} (toolsmith-sdk from {})", dir.display(), dependency.from);
             println!("next: toolsmith plugin build {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -99,20 +126,97 @@ pub fn run(env: &Env, cmd: PluginCommand) -> Result<ExitCode> {
 }
 
 /// The SDK this binary was built from, if its sources are still there.
-fn default_sdk() -> Option<PathBuf> {
+pub fn checkout_sdk() -> Option<PathBuf> {
     let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk");
     sdk.join("Cargo.toml").is_file().then_some(sdk)
 }
 
-fn scaffold(name: &str, dir: &Path, sdk: Option<PathBuf>) -> Result<()> {
+/// The SDK and contract sources `scripts/install.sh` put in the data directory `data`, if there.
+pub fn installed_sdk(data: &Path) -> Option<(PathBuf, PathBuf)> {
+    let version = env!("CARGO_PKG_VERSION");
+    let sdk = data.join(format!("sdk/toolsmith-sdk-{version}"));
+    let contract = data.join(format!("sdk/toolsmith-contract-{version}"));
+    (sdk.join("Cargo.toml").is_file() && contract.join("Cargo.toml").is_file()).then_some((sdk, contract))
+}
+
+/// The sdk/ of a toolsmith checkout that encloses `dir` (a project generated inside a checkout
+/// follows that checkout's SDK, whichever binary generated it).
+fn enclosing_checkout_sdk(dir: &Path) -> Option<PathBuf> {
+    let dir = std::path::absolute(dir).ok()?;
+    dir.ancestors().map(|a| a.join("sdk")).find(|sdk| {
+        std::fs::read_to_string(sdk.join("Cargo.toml")).is_ok_and(|t| t.contains("name = \"toolsmith-sdk\""))
+            && sdk.join("../schemas/wit").is_dir()
+    })
+}
+
+/// The `toolsmith-sdk` line of a generated Cargo.toml, and where it points, in words.
+#[derive(Debug)]
+struct SdkDependency {
+    line: String,
+    from: String,
+}
+
+fn path_dependency(sdk: &Path, from: &str) -> Result<SdkDependency> {
+    let sdk = std::fs::canonicalize(sdk).with_context(|| format!("no SDK at {}", sdk.display()))?;
+    if !sdk.join("Cargo.toml").is_file() {
+        bail!("{} is not the toolsmith-sdk crate (no Cargo.toml)", sdk.display());
+    }
+    // Debug formatting quotes and escapes the path as a TOML basic string would.
+    Ok(SdkDependency {
+        line: format!("toolsmith-sdk = {{ path = {:?} }}", sdk.display().to_string()),
+        from: format!("{from} {}", sdk.display()),
+    })
+}
+
+fn sdk_dependency(source: SdkSource, sdk: Option<&Path>, git: &str, dir: &Path) -> Result<SdkDependency> {
+    let version = env!("CARGO_PKG_VERSION");
+    let (data, _) = toolsmith_contract::home::data_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps"));
+    let installed = || installed_sdk(&data).map(|(sdk, _)| sdk);
+    match source {
+        SdkSource::Path => path_dependency(sdk.context("--sdk-source path needs --sdk PATH")?, "the path"),
+        SdkSource::Installed => path_dependency(
+            &installed().with_context(|| {
+                format!(
+                    "no installed SDK in {}: run ./scripts/install.sh from a checkout, or use --sdk-source git",
+                    data.display()
+                )
+            })?,
+            "the installed copy",
+        ),
+        SdkSource::Checkout => path_dependency(
+            &checkout_sdk()
+                .context("the checkout this binary was built from is gone; use --sdk-source installed or git")?,
+            "the checkout",
+        ),
+        SdkSource::Git => Ok(SdkDependency {
+            line: format!("toolsmith-sdk = {{ git = {git:?}, tag = \"v{version}\" }}"),
+            from: format!("{git} at v{version}"),
+        }),
+        SdkSource::CratesIo => {
+            Ok(SdkDependency { line: format!("toolsmith-sdk = \"{version}\""), from: "crates.io".to_owned() })
+        }
+        SdkSource::Auto => {
+            if let Some(sdk) = enclosing_checkout_sdk(dir) {
+                path_dependency(&sdk, "the enclosing checkout")
+            } else if let Some(sdk) = installed() {
+                path_dependency(&sdk, "the installed copy")
+            } else if let Some(sdk) = checkout_sdk() {
+                path_dependency(&sdk, "the checkout")
+            } else {
+                bail!(
+                    "no toolsmith-sdk sources here: run ./scripts/install.sh from a checkout, or pass \
+                     --sdk-source git (or --sdk PATH)"
+                )
+            }
+        }
+    }
+}
+
+fn scaffold(name: &str, dir: &Path, sdk: &SdkDependency) -> Result<()> {
     ToolName::new(name)?;
     if dir.exists() && dir.read_dir()?.next().is_some() {
         bail!("{} exists and is not empty", dir.display());
     }
-    let sdk = sdk
-        .or_else(default_sdk)
-        .context("cannot find the toolsmith-sdk sources; pass --sdk PATH (the sdk/ folder of a toolsmith checkout)")?;
-    let sdk = std::fs::canonicalize(&sdk).with_context(|| format!("no SDK at {}", sdk.display()))?;
     std::fs::create_dir_all(dir.join("src"))?;
     let cargo_toml = format!(
         r#"[package]
@@ -126,7 +230,7 @@ publish = false
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
-toolsmith-sdk = {{ path = {sdk:?} }}
+{sdk}
 schemars = "1"
 serde = {{ version = "1", features = ["derive"] }}
 serde_json = "1"
@@ -140,7 +244,7 @@ panic = "abort"
 # A standalone crate, not part of any enclosing workspace.
 [workspace]
 "#,
-        sdk = sdk.display().to_string()
+        sdk = sdk.line
     );
     let lib_rs = format!(
         r#"//! `{name}`: describe what the tool does here.
@@ -184,7 +288,31 @@ toolsmith_sdk::tool! {{
     std::fs::write(dir.join("Cargo.toml"), cargo_toml)?;
     std::fs::write(dir.join("src/lib.rs"), lib_rs)?;
     std::fs::write(dir.join(".gitignore"), "/target\n")?;
+    std::fs::write(
+        dir.join("README.md"),
+        format!(
+            "# {name}\n\nA Toolsmith tool. `cargo test` runs its examples natively; `toolsmith plugin build .` \
+             makes the component; `toolsmith tools add target/wasm32-wasip2/release/{name}.wasm` puts it \
+             in the tool graph that `toolsmith serve` serves.\n"
+        ),
+    )?;
+    lock(dir);
     Ok(())
+}
+
+/// Pins the project's dependencies in a Cargo.lock, so its first build is reproducible. Needs the
+/// crates.io index (or its local cache); without it the project still builds and locks later.
+fn lock(dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo).arg("generate-lockfile").arg("--manifest-path").arg(dir.join("Cargo.toml")).output();
+    match out {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => eprintln!(
+            "warning: no Cargo.lock yet (cargo generate-lockfile failed: {}); the first build writes one",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => eprintln!("warning: no Cargo.lock yet (cannot run cargo: {e}); the first build writes one"),
+    }
 }
 
 /// Builds the crate at `dir` for wasm32-wasip2 and returns the component's path.

@@ -128,10 +128,7 @@ pub fn locate(spec: &str) -> Result<PathBuf, PolicyError> {
     };
     let set = |name: &str| std::env::var_os(name).filter(|d| !d.is_empty()).map(PathBuf::from);
     let dir = set(named.env).unwrap_or_else(|| {
-        // `$TOOLSMITH_DEPS`: setup's `.deps/` for a binary whose compiled-in checkout is not the one.
-        set("TOOLSMITH_DEPS")
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps"))
-            .join(named.dir)
+        toolsmith_contract::home::data_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps")).0.join(named.dir)
     });
     if !dir.join("config.json").is_file() {
         return Err(PolicyError::checkpoint(

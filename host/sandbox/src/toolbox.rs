@@ -92,6 +92,10 @@ impl Toolbox {
             .manifest_json(&component, "<manifest>")
             .map_err(|e| LoadError::Manifest(format!("the manifest export failed: {}", e.message)))?;
         let manifest = Manifest::from_json(&json).map_err(|e| LoadError::Manifest(e.to_string()))?;
+        // Whole: schemas against the meta-schema and every declared example against them, so a
+        // plugin with a wrong example is refused at build and add, not at its first call.
+        toolsmith_contract::validate::check_manifest(&manifest)
+            .map_err(|e| LoadError::Manifest(format!("tool `{}`: {e}", manifest.name)))?;
         let schemas = ToolSchemas::compile(&manifest.input_schema, &manifest.output_schema)
             .map_err(|e| LoadError::Manifest(e.to_string()))?;
         Ok(Arc::new(Tool { manifest, schemas, implementation: Implementation::Component(component) }))

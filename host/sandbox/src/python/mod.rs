@@ -26,13 +26,12 @@ pub const CAPTURE_CHARS: usize = 64 << 10;
 pub const DEFAULT_MEMORY_BYTES: usize = 256 << 20;
 
 /// Where the Python guest component is: `$TOOLSMITH_PYTHON_GUEST`, else `python/runner.wasm` in
-/// `$TOOLSMITH_DEPS`, else in `.deps/` of the source tree this crate was built from (written by
-/// `scripts/setup.sh`).
+/// the data directory ([`toolsmith_contract::home`]: an install's, or the `.deps/` that
+/// `scripts/setup.sh` writes).
 pub fn default_guest_path() -> PathBuf {
-    let set = |name: &str| std::env::var_os(name).filter(|p| !p.is_empty()).map(PathBuf::from);
-    set("TOOLSMITH_PYTHON_GUEST").unwrap_or_else(|| {
-        set("TOOLSMITH_DEPS")
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps"))
+    std::env::var_os("TOOLSMITH_PYTHON_GUEST").filter(|p| !p.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+        toolsmith_contract::home::data_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps"))
+            .0
             .join("python/runner.wasm")
     })
 }
