@@ -139,6 +139,28 @@ fn a_new_plugin_scaffolds_builds_inspects_and_runs() {
     // Scaffolding refuses bad names and non-empty directories.
     assert!(!toolsmith(&["plugin", "new", "Word-Count", "--dir", plugin_str]).status.success());
     assert!(!toolsmith(&["plugin", "new", "word_count", "--dir", plugin_str]).status.success());
+
+    // `plugin build` refuses a project whose component is not a tool, naming the source file and
+    // what is wrong with it.
+    let lib = plugin.join("src/lib.rs");
+    let good = std::fs::read_to_string(&lib).expect("lib.rs");
+    let build_fails = |source: &str, says: &str| {
+        std::fs::write(&lib, source).expect("write lib.rs");
+        let out = toolsmith(&["plugin", "build", plugin_str, "--target-dir", target.to_str().expect("utf-8")]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains(&format!("{}:", lib.display())) && stderr.contains(says), "{stderr}");
+    };
+    // No `tool!`: the crate builds, but exports no tool.
+    let no_tool = good.split("toolsmith_sdk::tool!").next().expect("source").to_owned();
+    build_fails(&no_tool, "export");
+    // A schema that is not JSON Schema (`"type": "float"`), however it was produced.
+    let not_a_schema = good.replace(
+        "    /// The text to analyse.\n    pub text: String,",
+        "    /// The text to analyse.\n    #[schemars(schema_with = \"float\")]\n    pub text: String,",
+    ) + "\nfn float(_: &mut schemars::SchemaGenerator) -> schemars::Schema {\n    schemars::json_schema!({\"type\": \"float\"})\n}\n";
+    assert_ne!(not_a_schema, good);
+    build_fails(&not_a_schema, "input_schema is not a valid JSON Schema: at /properties/text/type");
 }
 
 #[test]

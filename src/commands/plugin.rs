@@ -92,9 +92,14 @@ pub fn run(env: &Env, cmd: PluginCommand) -> Result<ExitCode> {
             let component = build(&dir, target_dir.as_deref())?;
             let toolbox = Toolbox::new(env.sandbox()?);
             let bytes = std::fs::read(&component)?;
-            let tool = toolbox
-                .load_component(&bytes)
-                .with_context(|| format!("{} was built but does not load", component.display()))?;
+            let tool = toolbox.load_component(&bytes).with_context(|| {
+                // Name the source the author edits, not only the artifact.
+                format!(
+                    "{}: the component built from it ({}) is refused",
+                    dir.join("src/lib.rs").display(),
+                    component.display()
+                )
+            })?;
             eprintln!(
                 "built `{}` {} ({} KiB, {} examples)",
                 tool.name(),
