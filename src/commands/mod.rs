@@ -5,6 +5,7 @@ pub mod call;
 pub mod create;
 pub mod jobs;
 pub mod plugin;
+pub mod plugin_python;
 pub mod policy;
 pub mod python;
 pub mod quickstart;

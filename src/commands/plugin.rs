@@ -22,13 +22,17 @@ pub enum PluginCommand {
         /// from, or $TOOLSMITH_SDK_PATH].
         #[arg(long, env = "TOOLSMITH_SDK_PATH")]
         sdk: Option<PathBuf>,
+        /// The plugin's language: a Rust crate, or a Python project (see plugin_python.rs).
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: Lang,
     },
     /// Build a plugin crate into a component (cargo, release, wasm32-wasip2) and check it loads.
     Build {
         /// The plugin crate's directory.
         #[arg(default_value = ".")]
         dir: PathBuf,
-        /// Cargo target directory [default: the crate's own].
+        /// Cargo target directory [default: the crate's own]; for a Python project, where the
+        /// component goes [default: DIR/build].
         #[arg(long)]
         target_dir: Option<PathBuf>,
     },
@@ -45,6 +49,12 @@ pub enum PluginCommand {
     },
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum InspectFormat {
     Manifest,
@@ -54,15 +64,22 @@ pub enum InspectFormat {
 
 pub fn run(env: &Env, cmd: PluginCommand) -> Result<ExitCode> {
     match cmd {
-        PluginCommand::New { name, dir, sdk } => {
+        PluginCommand::New { name, dir, sdk, lang } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            scaffold(&name, &dir, sdk)?;
+            match lang {
+                Lang::Rust => scaffold(&name, &dir, sdk)?,
+                Lang::Python => super::plugin_python::scaffold(&name, &dir)?,
+            }
             println!("created plugin `{name}` in {}", dir.display());
             println!("next: toolsmith plugin build {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
         PluginCommand::Build { dir, target_dir } => {
-            let component = build(&dir, target_dir.as_deref())?;
+            let component = if super::plugin_python::is_python_project(&dir) {
+                super::plugin_python::build(&dir, target_dir.as_deref())?
+            } else {
+                build(&dir, target_dir.as_deref())?
+            };
             let toolbox = Toolbox::new(env.sandbox()?);
             let bytes = std::fs::read(&component)?;
             let tool = toolbox
