@@ -90,12 +90,15 @@ def run(input: Input) -> Output:
     words = input.text.split()
     if not words:
         raise ToolError("no_words", "the text has only whitespace")
+    if input.text == "crash":
+        return {}["missing"]
     if input.case == "lower":
         words = [w.lower() for w in words]
     counts = {}
     for w in words:
         counts[w] = counts.get(w, 0) + 1
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: input.top]
+    print("counted", len(words), "words")
     return Output(words=len(words), frequent=[Count(w, n) for w, n in ranked])
 "#;
 
@@ -145,7 +148,9 @@ fn a_python_plugin_is_built_called_added_searched_and_served_like_a_rust_one() {
         argv.extend_from_slice(extra);
         run_in(&registry, &argv)
     };
-    let out = call(r#"{"text": "to be or not to be", "top": 2}"#, &[]);
+    let out = call(r#"{"text": "to be or not to be", "top": 2}"#, &["--logs"]);
+    // print() becomes the call's log lines.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[info] counted 6 words"), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         stdout_json(&out),
         json!({"words": 6, "frequent": [{"word": "be", "count": 2}, {"word": "to", "count": 2}]}),
@@ -160,6 +165,13 @@ fn a_python_plugin_is_built_called_added_searched_and_served_like_a_rust_one() {
     // A ToolError is the tool's own failure, code and message passed through.
     let e = stdout_json(&call(r#"{"text": "   "}"#, &[]))["error"].clone();
     assert_eq!((e["kind"].as_str(), e["code"].as_str()), (Some("tool_error"), Some("no_words")), "{e}");
+    // A constraint from field metadata is the host's to check.
+    let e = stdout_json(&call(r#"{"text": "a", "top": 0}"#, &[]))["error"].clone();
+    assert_eq!(e["kind"], "invalid_args", "top has minimum 1: {e}");
+    // Any other exception is a bug, reported with the line of the author's code that raised it.
+    let e = stdout_json(&call(r#"{"text": "crash"}"#, &[]))["error"].clone();
+    assert_eq!((e["kind"].as_str(), e["code"].as_str()), (Some("tool_error"), Some("uncaught_exception")), "{e}");
+    assert!(e["message"].as_str().is_some_and(|m| m.starts_with("KeyError") && m.contains("tool.py line")), "{e}");
     // A tool that never returns is stopped at the deadline, like any plugin.
     let started = std::time::Instant::now();
     let out = call(r#"{"text": "a", "spin": true}"#, &["--timeout-ms", "300"]);

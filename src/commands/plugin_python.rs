@@ -17,6 +17,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use toolsmith_contract::ToolName;
+use toolsmith_sandbox::{Sandbox, SandboxConfig, Toolbox};
 
 /// The SDK every new project gets a copy of, and the one a project without its own copy builds with.
 pub const SDK_PY: &str = include_str!("../../sdk/python/toolsmith_sdk.py");
@@ -83,9 +84,16 @@ fn read_project(dir: &Path) -> Result<Project> {
     parse_project(&text, &file)
 }
 
-/// Whether `dir` is a Python plugin project (its `toolsmith.toml` says `lang = "python"`).
+/// Whether `dir` is a Python plugin project: its `toolsmith.toml` says `lang = "python"`, or is
+/// malformed (so that `build` reports what is wrong with it instead of a missing Cargo.toml).
 pub fn is_python_project(dir: &Path) -> bool {
-    read_project(dir).is_ok_and(|p| p.lang == "python")
+    if !dir.join(PROJECT_FILE).is_file() {
+        return false;
+    }
+    match read_project(dir) {
+        Ok(project) => project.lang == "python",
+        Err(_) => true,
+    }
 }
 
 /// Creates a Python plugin project for the tool `name` in `dir` (which must be empty or absent).
@@ -274,10 +282,8 @@ pub fn build(dir: &Path, out_dir: Option<&Path>) -> Result<PathBuf> {
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .with_context(|| format!("cannot run {}", tool.display()))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() || !staged.is_file() {
-        let all = format!("{stdout}\n{stderr}");
+        let all = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         // The SDK prints one line naming the file and the item; prefer it to the traceback.
         if let Some(line) = all.lines().find_map(|l| l.split_once("toolsmith: error: ").map(|(_, m)| m.trim())) {
             bail!("cannot build {}: {line}", dir.display());
@@ -286,13 +292,14 @@ pub fn build(dir: &Path, out_dir: Option<&Path>) -> Result<PathBuf> {
         let tail = tail[tail.len().saturating_sub(40)..].join("\n");
         bail!("componentize-py failed on {}:\n{tail}", dir.display());
     }
-    let name = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("toolsmith: tool "))
-        .map(str::trim)
-        .filter(|n| ToolName::new(*n).is_ok())
-        .context("componentize-py succeeded but the entry module did not report the tool's name")?
-        .to_owned();
+    // The file is named after the tool, which only the component knows: read its manifest the
+    // way every host does. The compiled artifact is cached, so the caller's own load is quick.
+    let bytes = std::fs::read(&staged)?;
+    let sandbox = Sandbox::new(SandboxConfig::default()).context("cannot start the sandbox")?;
+    let tool = Toolbox::new(sandbox)
+        .load_component(&bytes)
+        .with_context(|| format!("componentize-py built {} but it does not load", dir.display()))?;
+    let name = tool.name().to_owned();
     let component = out_dir.join(format!("{name}.wasm"));
     std::fs::copy(&staged, &component).with_context(|| format!("cannot write {}", component.display()))?;
     Ok(component)
