@@ -150,7 +150,11 @@ fn a_python_plugin_is_built_called_added_searched_and_served_like_a_rust_one() {
     };
     let out = call(r#"{"text": "to be or not to be", "top": 2}"#, &["--logs"]);
     // print() becomes the call's log lines.
-    assert!(String::from_utf8_lossy(&out.stderr).contains("[info] counted 6 words"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("[info] counted 6 words"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         stdout_json(&out),
         json!({"words": 6, "frequent": [{"word": "be", "count": 2}, {"word": "to", "count": 2}]}),
@@ -180,7 +184,8 @@ fn a_python_plugin_is_built_called_added_searched_and_served_like_a_rust_one() {
 
     // Into the registry, found by search, called by name.
     assert!(ok(&run_in(&registry, &["tools", "add", &component, "--no-merge"])).contains("added `py_word_stats`"));
-    let hits = stdout_json(&run_in(&registry, &["tools", "search", "most frequent words in a text", "-k", "3", "--json"]));
+    let hits =
+        stdout_json(&run_in(&registry, &["tools", "search", "most frequent words in a text", "-k", "3", "--json"]));
     let names: Vec<&str> = hits.as_array().expect("hits").iter().filter_map(|h| h["name"].as_str()).collect();
     assert!(names.contains(&"py_word_stats"), "{hits}");
     let out = run_in(&registry, &["call", "py_word_stats", "--args", r#"{"text": "x y x", "top": 1}"#]);
@@ -289,7 +294,12 @@ fn bench_plugin_call_time_and_size() {
     let project = tmp.path().join("py_count");
     let registry = tmp.path().join("r.db");
     ok(&run_in(&registry, &["plugin", "new", "py_count", "--lang", "python", "--dir", path(&project)]));
+    let started = std::time::Instant::now();
     let component = ok(&run_in(&registry, &["plugin", "build", path(&project)])).trim().to_owned();
+    println!(
+        "plugin build (componentize-py, then the first load compiles it): {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     let py_bytes = std::fs::read(&component).expect("read the component");
 
     let sandbox = Sandbox::new(SandboxConfig::default()).expect("sandbox");
@@ -319,14 +329,22 @@ fn bench_plugin_call_time_and_size() {
         ("Python plugin (plugin new --lang python)", py_plugin, json!({"text": sentence})),
         ("create-made Python tool", created, json!({"text": sentence})),
     ];
-    println!("sizes: Rust text.wasm {} B; Python plugin {} B; create-made: {} B of code + the Python guest {} B",
-        text.component.len(), py_bytes.len(), code.len(), guest_bytes);
-    for (label, tool, args) in &cases {
-        let mut medians = Vec::new();
+    println!(
+        "sizes: Rust text.wasm {} B; Python plugin {} B; create-made: {} B of code + the Python guest {} B",
+        text.component.len(),
+        py_bytes.len(),
+        code.len(),
+        guest_bytes
+    );
+    for (_, tool, args) in &cases {
         for _ in 0..20 {
             toolbox.call_tool(tool, args, Limits::default()).expect("warm-up call");
         }
-        for round in 0..5 {
+    }
+    // Rounds interleave the three tools, so that other work on the machine weighs on each alike.
+    let mut medians = vec![Vec::new(); cases.len()];
+    for round in 0..5 {
+        for ((label, tool, args), medians) in cases.iter().zip(&mut medians) {
             let mut samples: Vec<f64> = (0..200)
                 .map(|_| {
                     let started = std::time::Instant::now();
@@ -338,7 +356,9 @@ fn bench_plugin_call_time_and_size() {
             println!("{label}: round {round}: p50 {p50:.1} us, p99 {p99:.1} us");
             medians.push(p50);
         }
-        let (median, _) = percentiles(&mut medians);
+    }
+    for ((label, _, _), medians) in cases.iter().zip(&mut medians) {
+        let (median, _) = percentiles(medians);
         println!("{label}: median of round p50s {median:.1} us");
     }
 }

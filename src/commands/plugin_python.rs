@@ -248,7 +248,10 @@ pub fn build(dir: &Path, out_dir: Option<&Path>) -> Result<PathBuf> {
     std::fs::create_dir_all(&wit)?;
     std::fs::create_dir_all(&support)?;
     std::fs::write(wit.join("tool.wit"), TOOL_WIT)?;
-    std::fs::write(support.join(format!("{ENTRY_MODULE}.py")), ENTRY_PY.replace("__TOOLSMITH_MODULE__", &project.module))?;
+    std::fs::write(
+        support.join(format!("{ENTRY_MODULE}.py")),
+        ENTRY_PY.replace("__TOOLSMITH_MODULE__", &project.module),
+    )?;
     // The project's own copy of the SDK (the one its tests ran against) wins: the project
     // directory comes first on the path. The embedded copy serves projects without one.
     std::fs::write(support.join("toolsmith_sdk.py"), SDK_PY)?;
