@@ -22,7 +22,8 @@ pub enum PluginCommand {
         /// from, or $TOOLSMITH_SDK_PATH].
         #[arg(long, env = "TOOLSMITH_SDK_PATH")]
         sdk: Option<PathBuf>,
-        /// The plugin's language: a Rust crate, or a Python project (see plugin_python.rs).
+        /// The plugin's language: a Rust crate, or a Python project built with componentize-py
+        /// (docs/guide/writing-a-plugin.md#python-plugins).
         #[arg(long, value_enum, default_value = "rust")]
         lang: Lang,
     },
