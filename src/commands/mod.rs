@@ -6,6 +6,7 @@ pub mod create;
 pub mod doctor;
 pub mod jobs;
 pub mod plugin;
+pub mod plugin_python;
 pub mod policy;
 pub mod python;
 pub mod quickstart;

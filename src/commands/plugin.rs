@@ -30,13 +30,18 @@ pub enum PluginCommand {
         /// The repository for `--sdk-source git` (tag `vVERSION`).
         #[arg(long, default_value = env!("CARGO_PKG_REPOSITORY"))]
         sdk_git: String,
+        /// The plugin's language: a Rust crate, or a Python project built with componentize-py
+        /// (docs/guide/writing-a-plugin.md#python-plugins).
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: Lang,
     },
     /// Build a plugin crate into a component (cargo, release, wasm32-wasip2) and check it loads.
     Build {
         /// The plugin crate's directory.
         #[arg(default_value = ".")]
         dir: PathBuf,
-        /// Cargo target directory [default: the crate's own].
+        /// Cargo target directory [default: the crate's own]; for a Python project, where the
+        /// component goes [default: DIR/build].
         #[arg(long)]
         target_dir: Option<PathBuf>,
     },
@@ -70,6 +75,13 @@ pub enum SdkSource {
     CratesIo,
 }
 
+/// The language of a plugin project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum InspectFormat {
     Manifest,
@@ -79,24 +91,37 @@ pub enum InspectFormat {
 
 pub fn run(env: &Env, cmd: PluginCommand) -> Result<ExitCode> {
     match cmd {
-        PluginCommand::New { name, dir, sdk_source, sdk, sdk_git } => {
+        PluginCommand::New { name, dir, sdk_source, sdk, sdk_git, lang } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            let source = if sdk.is_some() { SdkSource::Path } else { sdk_source };
-            let dependency = sdk_dependency(source, sdk.as_deref(), &sdk_git, &dir)?;
-            scaffold(&name, &dir, &dependency)?;
-            println!("created plugin `{name}` in {} (toolsmith-sdk from {})", dir.display(), dependency.from);
+            match lang {
+                Lang::Rust => {
+                    let source = if sdk.is_some() { SdkSource::Path } else { sdk_source };
+                    let dependency = sdk_dependency(source, sdk.as_deref(), &sdk_git, &dir)?;
+                    scaffold(&name, &dir, &dependency)?;
+                    println!("created plugin `{name}` in {} (toolsmith-sdk from {})", dir.display(), dependency.from);
+                }
+                Lang::Python => {
+                    super::plugin_python::scaffold(&name, &dir)?;
+                    println!("created Python plugin `{name}` in {}", dir.display());
+                }
+            }
             println!("next: toolsmith plugin build {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
         PluginCommand::Build { dir, target_dir } => {
-            let component = build(&dir, target_dir.as_deref())?;
+            let python = super::plugin_python::is_python_project(&dir);
+            let (component, source) = if python {
+                (super::plugin_python::build(&dir, target_dir.as_deref())?, dir.join(super::plugin_python::PROJECT_FILE))
+            } else {
+                (build(&dir, target_dir.as_deref())?, dir.join("src/lib.rs"))
+            };
             let toolbox = Toolbox::new(env.sandbox()?);
             let bytes = std::fs::read(&component)?;
             let tool = toolbox.load_component(&bytes).with_context(|| {
                 // Name the source the author edits, not only the artifact.
                 format!(
                     "{}: the component built from it ({}) is refused",
-                    dir.join("src/lib.rs").display(),
+                    source.display(),
                     component.display()
                 )
             })?;
