@@ -88,7 +88,13 @@ pub fn run(env: &Env, args: DoctorArgs) -> Result<ExitCode> {
             Some(data.join("smollm2-135m-instruct/config.json")),
             &fetch,
         ),
-        part("componentize-py", "plugin build of Python plugins", false, Some(super::plugin_python::componentize_py_path()), &fetch),
+        part(
+            "componentize-py",
+            "plugin build of Python plugins",
+            false,
+            Some(super::plugin_python::componentize_py_path()),
+            &fetch,
+        ),
         part(
             "toolsmith-sdk",
             "plugin new",

@@ -111,7 +111,10 @@ pub fn run(env: &Env, cmd: PluginCommand) -> Result<ExitCode> {
         PluginCommand::Build { dir, target_dir } => {
             let python = super::plugin_python::is_python_project(&dir);
             let (component, source) = if python {
-                (super::plugin_python::build(&dir, target_dir.as_deref())?, dir.join(super::plugin_python::PROJECT_FILE))
+                (
+                    super::plugin_python::build(&dir, target_dir.as_deref())?,
+                    dir.join(super::plugin_python::PROJECT_FILE),
+                )
             } else {
                 (build(&dir, target_dir.as_deref())?, dir.join("src/lib.rs"))
             };
@@ -119,11 +122,7 @@ pub fn run(env: &Env, cmd: PluginCommand) -> Result<ExitCode> {
             let bytes = std::fs::read(&component)?;
             let tool = toolbox.load_component(&bytes).with_context(|| {
                 // Name the source the author edits, not only the artifact.
-                format!(
-                    "{}: the component built from it ({}) is refused",
-                    source.display(),
-                    component.display()
-                )
+                format!("{}: the component built from it ({}) is refused", source.display(), component.display())
             })?;
             eprintln!(
                 "built `{}` {} ({} KiB, {} examples)",
