@@ -102,7 +102,7 @@ pub fn run(env: &Env, cmd: PluginCommand) -> Result<ExitCode> {
                 }
                 Lang::Python => {
                     super::plugin_python::scaffold(&name, &dir)?;
-                    println!("created Python plugin `{name}` in {}", dir.display());
+                    println!("created plugin `{name}` in {} (Python)", dir.display());
                 }
             }
             println!("next: toolsmith plugin build {}", dir.display());
