@@ -16,7 +16,7 @@ use super::Registry;
 use super::register::{Merging, Registered, check_new};
 use crate::RegistryError;
 use crate::embed;
-use crate::formats::{Definition, DefinitionProblem};
+use crate::formats::{Definition, DefinitionProblem, Format};
 
 /// Texts embedded per call: MiniLM on ONNX Runtime is fastest at about this batch (longer
 /// batches pad every text to the longest one).
@@ -74,6 +74,71 @@ impl Registry {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<AddedTool>, RegistryError> {
         check_definitions(&definitions)?;
+        // An interface-only definition of a tool held under its name with the same interface (a
+        // `tools export --format openai|mcp` read back) leaves the held tool, and its code, as is.
+        let mut kept = Vec::new();
+        let mut unchanged = Vec::new();
+        for (i, d) in definitions.into_iter().enumerate() {
+            if self.holds_interface(&d)? { unchanged.push((i, d)) } else { kept.push((i, d)) }
+        }
+        let mut outcomes = self.add_new(kept, merge, progress)?;
+        for (i, d) in unchanged {
+            self.keep_alias(&d)?;
+            let name = d.tool.manifest.name.as_str().to_string();
+            let place = (
+                i,
+                AddedTool {
+                    outcome: Registered::Unchanged { name },
+                    original_name: d.original_name,
+                    near_duplicate: None,
+                    file: d.file,
+                    pointer: d.pointer,
+                },
+            );
+            outcomes.push(place);
+        }
+        outcomes.sort_by_key(|(i, _)| *i);
+        Ok(outcomes.into_iter().map(|(_, t)| t).collect())
+    }
+
+    /// Whether the registry holds a tool of `d`'s name with code, whose interface `d` repeats
+    /// without code: description and input schema, and the output schema where `d`'s format has one.
+    fn holds_interface(&self, d: &Definition) -> Result<bool, RegistryError> {
+        let m = &d.tool.manifest;
+        if d.tool.blob.is_some() {
+            return Ok(false);
+        }
+        let held = match self.get(m.name.as_str()) {
+            Ok(held) if held.name == m.name.as_str() && held.blob_hash.is_some() => held.manifest,
+            Ok(_) | Err(RegistryError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let outputs_agree = d.format == Format::OpenAi || held.output_schema == m.output_schema;
+        Ok(held.description == m.description && held.input_schema == m.input_schema && outputs_agree)
+    }
+
+    /// Records `d`'s original name as an alias of its tool.
+    fn keep_alias(&self, d: &Definition) -> Result<(), RegistryError> {
+        if let Some(original) = &d.original_name {
+            self.conn.execute(
+                "INSERT OR REPLACE INTO aliases (alias, canonical) SELECT ?1, id FROM tools WHERE name = ?2",
+                params![original, d.tool.manifest.name.as_str()],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Embeds and registers `definitions` (with their places in the command's order).
+    fn add_new(
+        &mut self,
+        definitions: Vec<(usize, Definition)>,
+        merge: AuthorMerge,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Vec<(usize, AddedTool)>, RegistryError> {
+        if definitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (order, definitions): (Vec<usize>, Vec<Definition>) = definitions.into_iter().unzip();
         let embedder = self.embedder()?;
         let texts: Vec<String> = definitions
             .iter()
@@ -103,15 +168,12 @@ impl Registry {
             }
             Ok(())
         })?;
-        Ok(outcomes
+        Ok(order
             .into_iter()
-            .zip(places)
-            .map(|((outcome, near), (original_name, file, pointer))| AddedTool {
-                outcome,
-                original_name,
-                near_duplicate: near.map(|(name, similarity)| NearDuplicate { name, similarity }),
-                file,
-                pointer,
+            .zip(outcomes.into_iter().zip(places))
+            .map(|(i, ((outcome, near), (original_name, file, pointer)))| {
+                let near_duplicate = near.map(|(name, similarity)| NearDuplicate { name, similarity });
+                (i, AddedTool { outcome, original_name, near_duplicate, file, pointer })
             })
             .collect())
     }
