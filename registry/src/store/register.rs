@@ -124,7 +124,7 @@ impl Registry {
         vectors: Vec<Vec<f32>>,
         merging: Merging,
         mut after: impl FnMut(&Transaction<'_>, usize, i64) -> Result<(), RegistryError>,
-    ) -> Result<Vec<(Registered, Option<(String, f32)>)>, RegistryError> {
+    ) -> Result<Vec<(Registered, Option<Close>)>, RegistryError> {
         if vectors.len() != tools.len() || vectors.iter().any(|v| v.len() != embed::DIM) {
             return Err(RegistryError::Invalid(format!("need one {}-d vector per tool", embed::DIM)));
         }
@@ -220,6 +220,9 @@ fn closest<T>(candidates: impl Iterator<Item = (T, f32)>, threshold: f32) -> Opt
     candidates.filter(|(_, s)| *s >= threshold).max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
+/// A held tool close to one registered: its name and the cosine of their embeddings.
+pub(crate) type Close = (String, f32);
+
 /// When a tool registered under a new name becomes an alias of a held one instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Merging {
@@ -240,7 +243,7 @@ fn register_one(
     vector: &[f32],
     merging: Merging,
     threshold: f32,
-) -> Result<(Registered, Option<(String, f32)>), RegistryError> {
+) -> Result<(Registered, Option<Close>), RegistryError> {
     let name = tool.manifest.name.as_str().to_string();
     let json = manifest_json(&tool.manifest);
     let hash = tool.blob.as_deref().map(|b| put_blob(tx, b)).transpose()?;
