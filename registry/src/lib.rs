@@ -21,6 +21,7 @@
 
 mod db;
 pub mod embed;
+mod formats;
 mod index;
 mod search;
 mod store;
@@ -32,11 +33,12 @@ use std::path::PathBuf;
 
 pub use db::SCHEMA_VERSION;
 pub use embed::{DIM, Embedder, ModelFiles};
+pub use formats::{Definition, DefinitionProblem, Format, read_definitions, snake_case_name};
 pub use search::{Explain, Mode, SearchHit, SearchRequest};
 pub use store::{
-    Admitted, CallUsage, Candidate, CandidateStatus, DoctorReport, Neighbour, NewTool, PlanStep, RecordedCalls,
-    RecordedPlan, Registered, Registry, RegistryOptions, RegistryStats, Settings, SortBy, ToolDetails, ToolRecord,
-    ToolStats,
+    AddedTool, Admitted, AuthorMerge, CallUsage, Candidate, CandidateStatus, DoctorReport, NearDuplicate, Neighbour,
+    NewTool, PlanStep, RecordedCalls, RecordedPlan, Registered, Registry, RegistryOptions, RegistryStats, Settings,
+    SortBy, ToolDetails, ToolRecord, ToolStats,
 };
 pub use transfer::ImportSummary;
 pub use usage::UsageLog;
@@ -114,6 +116,9 @@ pub enum RegistryError {
         /// What is wrong with it.
         message: String,
     },
+    /// Tool definitions that cannot be registered as given; nothing was registered.
+    #[error("{} tool definition(s) cannot be registered; nothing was registered:\n{}", .0.len(), list_problems(.0))]
+    Definitions(Vec<DefinitionProblem>),
     /// Filesystem failure.
     #[error("{path}: {source}")]
     Io {
@@ -123,4 +128,8 @@ pub enum RegistryError {
         #[source]
         source: std::io::Error,
     },
+}
+
+fn list_problems(problems: &[DefinitionProblem]) -> String {
+    problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n")
 }

@@ -1,27 +1,43 @@
 //! `toolsmith tools ...`: browse and maintain the tool graph.
 
 use std::fmt::Write as _;
-use std::io::{BufReader, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use toolsmith_contract::Manifest;
-use toolsmith_registry::{GraphView, Mode, NewTool, Registered, Registry, SearchRequest, SortBy};
-use toolsmith_sandbox::Toolbox;
+use toolsmith_registry::{AuthorMerge, GraphView, Mode, Registry, SearchRequest, SortBy};
 
 use super::{Env, print_json};
 
+// Beside this file rather than in `commands/mod.rs`: it is the `add` half of this command.
+#[path = "tools_add.rs"]
+mod tools_add;
+
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
-    /// Register a tool from a component (.wasm) or a manifest (.json).
+    /// Register tools: components (.wasm), manifests, OpenAI function lists or MCP tools/list
+    /// results (.json, or JSON lines in .jsonl), or directories of them (searched recursively).
+    ///
+    /// A tool is merged into a registered one (becoming its alias) only when its interface is the
+    /// same: description, input and output schema. A near-duplicate (cosine at or above the
+    /// registry's merge threshold) is registered under its own name and reported. Names other
+    /// systems allow (`getWeather`, `weather.get`) are mapped to snake_case, the original kept as
+    /// an alias. Everything is checked first; one bad definition registers nothing.
     Add {
-        path: PathBuf,
-        /// Keep it as a separate node even when it is a near-duplicate of a registered tool.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Also merge near-duplicates (cosine at or above the merge threshold), as agents' tools are.
+        #[arg(long, conflicts_with = "no_merge")]
+        merge: bool,
+        /// Never merge, not even a tool whose interface is the same as a registered one's.
         #[arg(long)]
         no_merge: bool,
+        /// Print each tool's outcome as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// List the registered tools.
     List {
@@ -55,7 +71,9 @@ pub enum ToolsCommand {
         #[arg(long, value_enum, default_value = "jsonl")]
         format: ExportFormat,
     },
-    /// Read JSON lines written by `export` (a file, or - for stdin); all or nothing.
+    /// Read what `export` writes (a file, or - for stdin): JSON lines with everything, or tool
+    /// definitions (OpenAI functions, an MCP tools/list result, manifests), added as `add` adds
+    /// them. All or nothing.
     Import { path: PathBuf },
     /// Counts.
     Stats {
@@ -173,7 +191,14 @@ fn export(r: &Registry, format: ExportFormat, out: &mut dyn std::io::Write) -> R
 pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
     let mut r = env.registry()?;
     match cmd {
-        ToolsCommand::Add { path, no_merge } => add(env, &mut r, &path, !no_merge)?,
+        ToolsCommand::Add { paths, merge, no_merge, json } => {
+            let merge = match (merge, no_merge) {
+                (true, _) => AuthorMerge::Similar,
+                (_, true) => AuthorMerge::Never,
+                _ => AuthorMerge::SameInterface,
+            };
+            tools_add::add(env, &mut r, &paths, merge, json)?
+        }
         ToolsCommand::List { sort, json } => list(&r, sort, json)?,
         ToolsCommand::Show { name, json } => show(&r, &name, json)?,
         ToolsCommand::Search(args) => search(&mut r, args)?,
@@ -187,22 +212,6 @@ pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
         ToolsCommand::Doctor => return doctor(&mut r),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn add(env: &Env, r: &mut Registry, path: &Path, merge: bool) -> Result<()> {
-    let tool = read_tool(env, path)?;
-    let bar = spinner("embedding and registering");
-    let outcome = r.register(tool, merge)?;
-    bar.finish_and_clear();
-    match &outcome {
-        Registered::Added { name } => println!("added `{name}`"),
-        Registered::Updated { name } => println!("updated `{name}` (statistics and edges kept)"),
-        Registered::Unchanged { name } => println!("`{name}` is already registered as given"),
-        Registered::Merged { name, into, similarity } => {
-            println!("`{name}` merged into `{into}` (cosine {similarity:.3}); it is now an alias")
-        }
-    }
-    Ok(())
 }
 
 fn list(r: &Registry, sort: Sort, json: bool) -> Result<()> {
@@ -307,17 +316,23 @@ fn export_to(r: &Registry, format: ExportFormat, out: Option<&Path>) -> Result<(
 }
 
 fn import(r: &mut Registry, path: &Path) -> Result<()> {
-    let summary = if path.as_os_str() == "-" {
-        r.import(&mut std::io::stdin().lock())?
-    } else {
-        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        r.import(&mut BufReader::new(file))?
-    };
+    let text = tools_add::read_text(path)?;
+    let label = if path.as_os_str() == "-" { "<stdin>".to_string() } else { path.display().to_string() };
+    if !is_export(&text) {
+        return tools_add::import_definitions(r, &label, &text);
+    }
+    let summary = r.import(&mut text.as_bytes()).with_context(|| format!("cannot import {label}"))?;
     println!(
         "imported {} tools, {} edges, {} aliases, {} blobs, {} candidates",
         summary.tools, summary.edges, summary.aliases, summary.blobs, summary.candidates
     );
     Ok(())
+}
+
+/// Whether `text` is what `tools export` writes as JSON lines: its first line is the header.
+fn is_export(text: &str) -> bool {
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(first).is_ok_and(|v| v["type"] == "header")
 }
 
 fn stats(r: &Registry, json: bool) -> Result<()> {
@@ -359,22 +374,6 @@ fn doctor(r: &mut Registry) -> Result<ExitCode> {
         println!("problem: {p}");
     }
     Ok(ExitCode::FAILURE)
-}
-
-fn read_tool(env: &Env, path: &Path) -> Result<NewTool> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if bytes.starts_with(b"\0asm") {
-        let toolbox = Toolbox::new(env.sandbox()?);
-        let tool = toolbox
-            .add_component(&bytes)
-            .with_context(|| format!("{} is not a usable tool component", path.display()))?;
-        return Ok(NewTool::new(tool.manifest.clone()).with_blob(bytes));
-    }
-    let text =
-        String::from_utf8(bytes).with_context(|| format!("{} is neither a component nor JSON", path.display()))?;
-    let manifest =
-        Manifest::from_json(&text).with_context(|| format!("{} is not a valid tool manifest", path.display()))?;
-    Ok(NewTool::new(manifest))
 }
 
 fn search(r: &mut Registry, args: SearchArgs) -> Result<()> {

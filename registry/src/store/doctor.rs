@@ -7,6 +7,7 @@ use super::Registry;
 use super::blobs::blob_hash;
 use crate::RegistryError;
 use crate::embed;
+use crate::formats::manifest_problem;
 
 /// What `toolsmith tools doctor` found; `problems` empty means healthy.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -56,8 +57,15 @@ impl Registry {
             names += 1;
             let name: String = row.get(0)?;
             let manifest: String = row.get(1)?;
-            if let Err(e) = Manifest::from_json(&manifest) {
-                report.problems.push(format!("`{name}`: stored manifest is invalid: {e}"));
+            match Manifest::from_json(&manifest) {
+                Err(e) => report.problems.push(format!("`{name}`: stored manifest is invalid: {e}")),
+                // Rows written before schemas were checked whole (or by hand) may hold a schema
+                // that is no JSON Schema, or examples that their schemas refuse.
+                Ok(m) => {
+                    if let Some((pointer, message)) = manifest_problem(&m, "") {
+                        report.problems.push(format!("`{name}`: at {pointer}: {message}"));
+                    }
+                }
             }
             let embedding: Option<Vec<u8>> = row.get(2)?;
             if embedding.as_ref().is_none_or(|e| e.len() != embed::DIM * 4) {
@@ -66,7 +74,7 @@ impl Registry {
                     .push(format!("`{name}`: no {}-d embedding (run `toolsmith tools reindex`)", embed::DIM));
             }
         }
-        report.checks.push(format!("{names} manifests and embeddings"));
+        report.checks.push(format!("{names} manifests (schemas against the JSON Schema meta-schema, examples against their schemas) and embeddings"));
         Ok(())
     }
 

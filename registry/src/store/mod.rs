@@ -4,6 +4,7 @@
 //! the plans and calls that grow the graph, the candidate pool, reading tools back, editing by
 //! hand and maintenance. The rows and links files hold the SQL that the others share.
 
+mod author;
 mod blobs;
 mod calls;
 mod candidates;
@@ -27,6 +28,7 @@ use rusqlite::Connection;
 use crate::embed::Embedder;
 use crate::index::{Bm25, Dense};
 
+pub use author::{AddedTool, AuthorMerge, NearDuplicate};
 pub(crate) use blobs::{blob_hash, put_blob};
 pub(crate) use calls::record_calls;
 pub use calls::{CallUsage, RecordedCalls};

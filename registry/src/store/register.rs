@@ -110,22 +110,38 @@ impl Registry {
         vectors: Vec<Vec<f32>>,
         merge: bool,
     ) -> Result<Vec<Registered>, RegistryError> {
+        let merging = if merge { Merging::Similar } else { Merging::Never };
+        Ok(self.register_with(tools, vectors, merging, |_, _, _| Ok(()))?.into_iter().map(|(r, _)| r).collect())
+    }
+
+    /// Registers checked tools with their vectors in one transaction, merging as `merging` says;
+    /// `after` runs in the transaction after each tool (index, outcome, canonical id), e.g. to
+    /// write aliases. Returns each outcome with the closest held tool at or above the merge
+    /// threshold when `merging` is [`Merging::SameInterface`] and it was not merged into it.
+    pub(crate) fn register_with(
+        &mut self,
+        tools: Vec<NewTool>,
+        vectors: Vec<Vec<f32>>,
+        merging: Merging,
+        mut after: impl FnMut(&Transaction<'_>, usize, i64) -> Result<(), RegistryError>,
+    ) -> Result<Vec<(Registered, Option<Close>)>, RegistryError> {
         if vectors.len() != tools.len() || vectors.iter().any(|v| v.len() != embed::DIM) {
             return Err(RegistryError::Invalid(format!("need one {}-d vector per tool", embed::DIM)));
         }
         self.dense.sync(&self.conn)?;
+        let threshold = self.settings.merge_threshold;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut out = Vec::with_capacity(tools.len());
         // Tools added earlier in this batch take part in merging later ones.
         let mut added: Vec<(i64, Vec<f32>)> = Vec::new();
-        for (tool, vector) in tools.into_iter().zip(vectors) {
-            let outcome =
-                register_one(&tx, &self.dense, &added, tool, &vector, merge.then_some(self.settings.merge_threshold))?;
-            if let Registered::Added { name } | Registered::Updated { name } = &outcome {
-                let id: i64 = tx.query_row("SELECT id FROM tools WHERE name = ?1", [name], |r| r.get(0))?;
+        for (i, (tool, vector)) in tools.into_iter().zip(vectors).enumerate() {
+            let (outcome, near) = register_one(&tx, &self.dense, &added, tool, &vector, merging, threshold)?;
+            let id: i64 = tx.query_row("SELECT id FROM tools WHERE name = ?1", [outcome.canonical()], |r| r.get(0))?;
+            if let Registered::Added { .. } | Registered::Updated { .. } = &outcome {
                 added.push((id, vector));
             }
-            out.push(outcome);
+            after(&tx, i, id)?;
+            out.push((outcome, near));
         }
         tx.commit()?;
         Ok(out)
@@ -183,9 +199,12 @@ fn check_all(tools: &[NewTool]) -> Result<(), RegistryError> {
     tools.iter().try_for_each(|t| check_new(&t.manifest))
 }
 
-/// What a tool must be to enter the registry: a sound manifest under a name that is not reserved.
-pub(super) fn check_new(manifest: &toolsmith_contract::Manifest) -> Result<(), RegistryError> {
+/// What a tool must be to enter the registry: a sound manifest, whose schemas are JSON Schemas
+/// and whose examples fit them, under a name that is not reserved.
+pub(crate) fn check_new(manifest: &toolsmith_contract::Manifest) -> Result<(), RegistryError> {
     manifest.check().map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", manifest.name)))?;
+    toolsmith_contract::validate::check_manifest(manifest)
+        .map_err(|e| RegistryError::Invalid(format!("`{}`: {e}", manifest.name)))?;
     if toolsmith_contract::RESERVED_TOOL_NAMES.contains(&manifest.name.as_str()) {
         return Err(RegistryError::Invalid(format!(
             "`{}` is the name of a meta tool every server answers to; give the tool another name",
@@ -201,14 +220,30 @@ fn closest<T>(candidates: impl Iterator<Item = (T, f32)>, threshold: f32) -> Opt
     candidates.filter(|(_, s)| *s >= threshold).max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
+/// A held tool close to one registered: its name and the cosine of their embeddings.
+pub(crate) type Close = (String, f32);
+
+/// When a tool registered under a new name becomes an alias of a held one instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Merging {
+    /// Never: every new name is a new node.
+    Never,
+    /// When its interface (description, input and output schema) is the same as a held tool's;
+    /// the closest held tool at or above the threshold is reported, not merged into.
+    SameInterface,
+    /// When its embedding is within the merge threshold of a held tool's (SEARL's rule).
+    Similar,
+}
+
 fn register_one(
     tx: &Transaction<'_>,
     dense: &Dense,
     batch: &[(i64, Vec<f32>)],
     tool: NewTool,
     vector: &[f32],
-    merge_threshold: Option<f32>,
-) -> Result<Registered, RegistryError> {
+    merging: Merging,
+    threshold: f32,
+) -> Result<(Registered, Option<Close>), RegistryError> {
     let name = tool.manifest.name.as_str().to_string();
     let json = manifest_json(&tool.manifest);
     let hash = tool.blob.as_deref().map(|b| put_blob(tx, b)).transpose()?;
@@ -217,27 +252,66 @@ fn register_one(
         .optional()?;
     if let Some((old, old_hash)) = existing {
         if old == json && old_hash == hash {
-            return Ok(Registered::Unchanged { name });
+            return Ok((Registered::Unchanged { name }, None));
         }
         write_tool_row(tx, &tool.manifest, &json, hash.as_deref(), Some(&to_bytes(vector)))?;
         collect_blobs(tx)?;
-        return Ok(Registered::Updated { name });
+        return Ok((Registered::Updated { name }, None));
     }
     if let Some((canonical, _)) = resolve(tx, &name)? {
         let into: String = tx.query_row("SELECT name FROM tools WHERE id = ?1", [canonical], |r| r.get(0))?;
         let similarity = dense.vector(canonical).map(|v| cosine(v, vector)).unwrap_or(1.0);
-        return Ok(Registered::Merged { name, into, similarity });
+        return Ok((Registered::Merged { name, into, similarity }, None));
     }
-    if let Some(threshold) = merge_threshold {
+    let nearest = || {
         let candidates = dense.nearest(vector).into_iter().chain(batch.iter().map(|(id, v)| (*id, cosine(v, vector))));
-        if let Some((canonical, similarity)) = closest(candidates, threshold) {
-            let into: String = tx.query_row("SELECT name FROM tools WHERE id = ?1", [canonical], |r| r.get(0))?;
-            tx.execute("INSERT OR REPLACE INTO aliases (alias, canonical) VALUES (?1, ?2)", params![name, canonical])?;
-            collect_blobs(tx)?;
-            tracing::info!(tool = %name, into = %into, similarity, "merged a near-duplicate on registration");
-            return Ok(Registered::Merged { name, into, similarity });
+        closest(candidates, threshold)
+    };
+    let merge_into = |canonical: i64, similarity: f32, why: &str| -> Result<Registered, RegistryError> {
+        let into: String = tx.query_row("SELECT name FROM tools WHERE id = ?1", [canonical], |r| r.get(0))?;
+        tx.execute("INSERT OR REPLACE INTO aliases (alias, canonical) VALUES (?1, ?2)", params![name, canonical])?;
+        collect_blobs(tx)?;
+        tracing::info!(tool = %name, into = %into, similarity, why, "merged on registration");
+        Ok(Registered::Merged { name: name.clone(), into, similarity })
+    };
+    let mut near = None;
+    match merging {
+        Merging::Never => {}
+        Merging::Similar => {
+            if let Some((canonical, similarity)) = nearest() {
+                return Ok((merge_into(canonical, similarity, "near-duplicate")?, None));
+            }
+        }
+        Merging::SameInterface => {
+            if let Some(canonical) = same_interface(tx, &tool.manifest)? {
+                let similarity = dense
+                    .vector(canonical)
+                    .or_else(|| batch.iter().find(|(id, _)| *id == canonical).map(|(_, v)| v.as_slice()))
+                    .map_or(1.0, |v| cosine(v, vector));
+                return Ok((merge_into(canonical, similarity, "same interface")?, None));
+            }
+            if let Some((id, similarity)) = nearest() {
+                let close: String = tx.query_row("SELECT name FROM tools WHERE id = ?1", [id], |r| r.get(0))?;
+                near = Some((close, similarity));
+            }
         }
     }
     write_tool_row(tx, &tool.manifest, &json, hash.as_deref(), Some(&to_bytes(vector)))?;
-    Ok(Registered::Added { name })
+    Ok((Registered::Added { name }, near))
+}
+
+/// A held tool (committed, or earlier in this transaction) with the same description, input
+/// schema and output schema as `manifest`: the same interface under another name.
+fn same_interface(tx: &Transaction<'_>, manifest: &Manifest) -> Result<Option<i64>, RegistryError> {
+    let mut stmt = tx.prepare_cached("SELECT id, manifest FROM tools WHERE description = ?1 ORDER BY id")?;
+    let mut rows = stmt.query([&manifest.description])?;
+    while let Some(row) = rows.next()? {
+        let text: String = row.get(1)?;
+        // A stored manifest that does not parse is doctor's to report; it is no match here.
+        let Ok(held) = serde_json::from_str::<Manifest>(&text) else { continue };
+        if held.input_schema == manifest.input_schema && held.output_schema == manifest.output_schema {
+            return Ok(Some(row.get(0)?));
+        }
+    }
+    Ok(None)
 }

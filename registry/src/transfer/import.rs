@@ -13,6 +13,7 @@ use toolsmith_contract::Manifest;
 use super::{FORMAT, ImportSummary, Line, io_error};
 use crate::RegistryError;
 use crate::embed::DIM;
+use crate::formats::manifest_problem;
 use crate::store::{
     CandidateRow, Registry, ToolStats, blob_hash, insert_candidate, manifest_json, put_blob, resolve, write_tool_row,
 };
@@ -100,6 +101,11 @@ fn check(line: usize, parsed: Line) -> Result<Option<Record>, RegistryError> {
         Line::Blob { hash, bytes } => Record::Blob(check_blob(line, &hash, &bytes)?),
         Line::Tool { manifest, blob_hash, embedding, stats, failures, created_at, last_used_at } => {
             let manifest = Manifest::from_value(manifest).map_err(|e| fail(line, format!("invalid manifest: {e}")))?;
+            // The whole manifest, as `tools add` checks it: a schema that is no JSON Schema would
+            // otherwise only fail at the tool's first call.
+            if let Some((pointer, message)) = manifest_problem(&manifest, "/manifest") {
+                return Err(fail(line, format!("tool `{}`: at {pointer}: {message}", manifest.name)));
+            }
             let embedding = embedding.map(|e| check_embedding(line, &e)).transpose()?;
             if !stats.reward_sum.is_finite() {
                 return Err(fail(line, "reward_sum is not finite"));

@@ -1,5 +1,6 @@
 //! Registry tests against the real SQLite, tantivy and MiniLM model (run `./scripts/setup.sh`).
 
+mod authors;
 mod graph;
 mod processes;
 mod retrieval;
