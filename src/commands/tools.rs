@@ -12,9 +12,8 @@ use toolsmith_registry::{AuthorMerge, GraphView, Mode, Registry, SearchRequest, 
 
 use super::{Env, print_json};
 
-// Beside this file rather than in `commands/mod.rs`: it is the `add` half of this command.
-#[path = "tools_add.rs"]
-mod tools_add;
+// The `add` half of this command (and the definition half of `import`).
+mod add;
 
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
@@ -197,7 +196,7 @@ pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
                 (_, true) => AuthorMerge::Never,
                 _ => AuthorMerge::SameInterface,
             };
-            tools_add::add(env, &mut r, &paths, merge, json)?
+            add::add(env, &mut r, &paths, merge, json)?
         }
         ToolsCommand::List { sort, json } => list(&r, sort, json)?,
         ToolsCommand::Show { name, json } => show(&r, &name, json)?,
@@ -316,10 +315,10 @@ fn export_to(r: &Registry, format: ExportFormat, out: Option<&Path>) -> Result<(
 }
 
 fn import(r: &mut Registry, path: &Path) -> Result<()> {
-    let text = tools_add::read_text(path)?;
+    let text = add::read_text(path)?;
     let label = if path.as_os_str() == "-" { "<stdin>".to_string() } else { path.display().to_string() };
     if !is_export(&text) {
-        return tools_add::import_definitions(r, &label, &text);
+        return add::import_definitions(r, &label, &text);
     }
     let summary = r.import(&mut text.as_bytes()).with_context(|| format!("cannot import {label}"))?;
     println!(

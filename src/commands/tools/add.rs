@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use toolsmith_registry::{AddedTool, AuthorMerge, Definition, NewTool, Registered, Registry, read_definitions};
 use toolsmith_sandbox::Toolbox;
 
-use super::{Env, print_json};
+use crate::commands::{Env, print_json};
 
 /// What a directory holds that `tools add` reads; other files (READMEs, sources) are skipped.
 const EXTENSIONS: [&str; 3] = ["wasm", "json", "jsonl"];
