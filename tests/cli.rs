@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::ok;
+use common::{ok, stdout_json};
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -21,16 +21,6 @@ fn toolsmith_in(registry: &Path, args: &[&str]) -> Output {
         .env("TOOLSMITH_REGISTRY", registry)
         .output()
         .expect("run toolsmith")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 #[test]

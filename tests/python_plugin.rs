@@ -10,21 +10,11 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{HttpServer, Session, ok, toolsmith};
-use serde_json::{Value, json};
+use common::{HttpServer, Session, ok, stdout_json, toolsmith};
+use serde_json::json;
 
 fn run_in(registry: &Path, args: &[&str]) -> Output {
     toolsmith().arg("--registry").arg(registry).args(args).output().expect("run toolsmith")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 fn path(p: &Path) -> &str {

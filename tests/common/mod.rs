@@ -19,6 +19,17 @@ pub fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The command's stdout as JSON, showing both streams when it is not.
+pub fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// The binary under test, with a component cache shared by the tests.
 pub fn toolsmith() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolsmith"));
