@@ -277,7 +277,7 @@ fn openai(file: &str, function: &Value, pointer: String) -> Result<Definition, D
         "kind": ToolKind::Simulated,
     });
     let fields = [format!("{pointer}/parameters"), pointer.clone(), format!("{pointer}/examples")];
-    build(file, value, pointer, original_name, Format::OpenAi, fields)
+    build(file, Manifest::from_value(value), &name, pointer, original_name, Format::OpenAi, fields)
 }
 
 /// An MCP `Tool` object. One that `tools export --format mcp` wrote carries its version, kind,
@@ -297,16 +297,7 @@ fn mcp(file: &str, tool: &Value, pointer: String) -> Result<Definition, Definiti
         format!("{pointer}/outputSchema"),
         format!("{pointer}/_meta/toolsmith~1examples"),
     ];
-    let problem_at = |e: ManifestError| manifest_error(file, &original_name, &name, &pointer, &fields, e);
-    let manifest = Manifest::from_mcp_tool(&tool).map_err(problem_at)?;
-    Ok(Definition {
-        tool: NewTool::new(manifest),
-        original_name,
-        file: file.to_string(),
-        pointer,
-        format: Format::Mcp,
-        fields,
-    })
+    build(file, Manifest::from_mcp_tool(&tool), &name, pointer, original_name, Format::Mcp, fields)
 }
 
 /// A Toolsmith manifest; only its name may need mapping.
@@ -315,20 +306,20 @@ fn manifest(file: &str, value: &Value, pointer: String) -> Result<Definition, De
     let mut value = value.clone();
     value["name"] = json!(name);
     let fields = [format!("{pointer}/input_schema"), format!("{pointer}/output_schema"), format!("{pointer}/examples")];
-    build(file, value, pointer, original_name, Format::Manifest, fields)
+    build(file, Manifest::from_value(value), &name, pointer, original_name, Format::Manifest, fields)
 }
 
+/// The definition of a parsed manifest, or its problem at the field it concerns.
 fn build(
     file: &str,
-    value: Value,
+    manifest: Result<Manifest, ManifestError>,
+    name: &str,
     pointer: String,
     original_name: Option<String>,
     format: Format,
     fields: [String; 3],
 ) -> Result<Definition, DefinitionProblem> {
-    let name = value["name"].as_str().unwrap_or_default().to_string();
-    let manifest =
-        Manifest::from_value(value).map_err(|e| manifest_error(file, &original_name, &name, &pointer, &fields, e))?;
+    let manifest = manifest.map_err(|e| manifest_error(file, &original_name, name, &pointer, &fields, e))?;
     Ok(Definition { tool: NewTool::new(manifest), original_name, file: file.to_string(), pointer, format, fields })
 }
 

@@ -6,7 +6,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::Result;
 use serde::Serialize;
-use toolsmith_contract::home::{HomeSource, data_dir};
+use toolsmith_contract::home::HomeSource;
 use toolsmith_registry::{ModelFiles, Registry};
 
 use super::{Env, plugin};
@@ -42,13 +42,8 @@ struct Report {
     parts: Vec<Part>,
 }
 
-/// The `.deps/` of the checkout this binary was built from.
-fn checkout_deps() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps")
-}
-
 pub fn run(env: &Env, args: DoctorArgs) -> Result<ExitCode> {
-    let (data, source) = data_dir(&checkout_deps());
+    let (data, source) = super::data_dir();
     // In a checkout setup fetches the parts; an install copies them from one.
     let fetch = match source {
         HomeSource::Checkout | HomeSource::DepsVar => "./scripts/setup.sh (in the checkout)".to_owned(),

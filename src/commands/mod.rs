@@ -24,6 +24,12 @@ use toolsmith_registry::{NewTool, Registry};
 use toolsmith_sandbox::python::{PythonRuntime, default_guest_path};
 use toolsmith_sandbox::{Sandbox, SandboxConfig, Tool, Toolbox};
 
+/// The data directory this binary takes its native parts from, and why (see
+/// [`toolsmith_contract::home`]; the fallback is the `.deps/` of the checkout it was built from).
+pub fn data_dir() -> (PathBuf, toolsmith_contract::home::HomeSource) {
+    toolsmith_contract::home::data_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps"))
+}
+
 /// Global options every command shares.
 #[derive(Debug)]
 pub struct Env {

@@ -199,7 +199,7 @@ fn path_dependency(sdk: &Path, from: &str) -> Result<SdkDependency> {
 
 fn sdk_dependency(source: SdkSource, sdk: Option<&Path>, git: &str, dir: &Path) -> Result<SdkDependency> {
     let version = env!("CARGO_PKG_VERSION");
-    let (data, _) = toolsmith_contract::home::data_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps"));
+    let (data, _) = super::data_dir();
     let installed = || installed_sdk(&data).map(|(sdk, _)| sdk);
     match source {
         SdkSource::Path => path_dependency(sdk.context("--sdk-source path needs --sdk PATH")?, "the path"),

@@ -181,11 +181,10 @@ if __name__ == "__main__":
 /// directory (`toolsmith_contract::home`: an install's, or a checkout's `.deps/`), as the Python
 /// guest is found.
 pub fn componentize_py_path() -> PathBuf {
-    std::env::var_os("TOOLSMITH_COMPONENTIZE_PY").filter(|p| !p.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-        toolsmith_contract::home::data_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps"))
-            .0
-            .join("componentize-py/bin/componentize-py")
-    })
+    std::env::var_os("TOOLSMITH_COMPONENTIZE_PY")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| super::data_dir().0.join("componentize-py/bin/componentize-py"))
 }
 
 fn componentize_py() -> Result<PathBuf> {
