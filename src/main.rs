@@ -50,6 +50,10 @@ enum Command {
     /// Train the policy: supervised fine-tuning, reports.
     #[command(subcommand)]
     Train(commands::train::TrainCommand),
+    /// Serve Toolsmith as the environment of other trainers: OpenEnv (TRL, SkyRL) and Atropos
+    /// (verl).
+    #[command(subcommand)]
+    Env(commands::env::EnvCommand),
     /// Training jobs in a running daemon (`toolsmith serve --http`): submit, list, show, cancel,
     /// resume, watch.
     Jobs(commands::jobs::JobsArgs),
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Quickstart => commands::quickstart::run(&env),
         Command::Call(args) => commands::call::run(&env, args),
+        Command::Env(cmd) => commands::env::run(&env, cmd),
         Command::Create(args) => commands::create::run(&env, args),
         Command::Python(cmd) => commands::python::run(&env, cmd),
         Command::Plugin(cmd) => commands::plugin::run(&env, cmd),

@@ -4,6 +4,7 @@ pub mod agent;
 pub mod call;
 pub mod create;
 pub mod doctor;
+pub mod env;
 pub mod jobs;
 pub mod plugin;
 pub mod plugin_python;

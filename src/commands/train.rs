@@ -352,7 +352,7 @@ pub(super) fn held_out(
 }
 
 /// A training progress bar counting `unit`s (hidden when stderr is not a terminal).
-fn progress_bar(unit: &str) -> ProgressBar {
+pub(crate) fn progress_bar(unit: &str) -> ProgressBar {
     let template = format!("{{bar:30}} {unit} {{pos}}/{{len}} · {{msg}} · {{elapsed}} (eta {{eta}})");
     ProgressBar::new(0)
         .with_style(ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()))
@@ -386,7 +386,7 @@ fn finish(
 
 /// The tools an agent gets over a corpus: search, the bundled plugins and the Python guest. The
 /// sandbox and the guest load only when something first needs tools.
-fn tools_for<'a>(
+pub(crate) fn tools_for<'a>(
     env: &'a Env,
     toolbox: &'a OnceLock<Option<Toolbox>>,
 ) -> impl Fn(Arc<Corpus>) -> Arc<dyn Executor> + 'a {
@@ -405,7 +405,7 @@ fn tools_for<'a>(
 }
 
 /// RL settings: the saved run's (when resuming), a preset or a file, then the flags on top.
-fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
+pub(crate) fn resolve_rl(args: &RlArgs) -> Result<RlConfig> {
     let saved = args.run.out.join("config.json");
     let method = match &args.method {
         Some(m) => Some(Method::parse_or_explain(m)?),

@@ -87,32 +87,10 @@ pub struct HttpServer {
 impl HttpServer {
     /// Binds the listener. Refuses a non-loopback address without a token.
     pub async fn bind(daemon: Daemon, options: HttpOptions) -> Result<HttpServer, DaemonError> {
-        if !options.addr.ip().is_loopback() && options.token.is_none() {
-            return Err(DaemonError::Config(format!(
-                "refusing to serve tools on {} without a bearer token: set --token-file (or TOOLSMITH_TOKEN), \
-                 or listen on 127.0.0.1",
-                options.addr
-            )));
-        }
-        if options.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
-            return Err(DaemonError::Config("the bearer token is empty".into()));
-        }
-        let listener = tokio::net::TcpListener::bind(options.addr)
-            .await
-            .map_err(|source| DaemonError::Io { context: format!("cannot listen on {}", options.addr), source })?;
-        let local = listener
-            .local_addr()
-            .map_err(|source| DaemonError::Io { context: "cannot read the listening address".into(), source })?;
-
-        let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
-        hosts.push(local.ip().to_string());
-        hosts.extend(options.allowed_hosts.iter().cloned());
-        let mut origins: Vec<String> = vec!["http://localhost:*".into(), "http://127.0.0.1:*".into()];
-        origins.extend(options.allowed_origins.iter().cloned());
-        let allowed: Arc<Vec<String>> = Arc::new(hosts.iter().map(|h| h.to_ascii_lowercase()).collect());
+        let (listener, guard) = Guard::listen(options.addr, options.token.clone(), &options).await?;
         let config = StreamableHttpServerConfig::default()
-            .with_allowed_hosts(hosts)
-            .with_allowed_origins(origins.clone())
+            .with_allowed_hosts(guard.hosts.clone())
+            .with_allowed_origins(guard.origins.clone())
             .enforce_origin_validation()
             .with_max_request_body_bytes(options.max_body_bytes)
             .with_cancellation_token(daemon.shutdown_token().child_token());
@@ -122,26 +100,19 @@ impl HttpServer {
             Arc::new(CappedSessions::new(LocalSessionManager::default(), options.max_sessions)),
             config,
         );
-        let token: Option<Arc<str>> = options.token.as_deref().map(Arc::from);
         let limit = options.max_body_bytes;
         let mcp = Router::new()
             .nest_service("/mcp", mcp)
             .route_layer(axum::middleware::from_fn(move |r, n| check_json_rpc(limit, r, n)));
-        let origins = Arc::new(origins);
-        let protected = Router::new()
-            .merge(mcp)
-            .route("/status", get(status))
-            .with_state(daemon.clone())
-            .merge(super::graph_page::routes(daemon.clone()))
-            .merge(options.extra_routes.unwrap_or_default())
-            .route_layer(axum::middleware::from_fn_with_state((token, local.port()), require_token))
-            .route_layer(axum::middleware::from_fn_with_state(origins, refuse_cross_site))
-            .route_layer(axum::middleware::from_fn_with_state(allowed, check_host));
-        let router = Router::new()
-            .route("/health", get(|| async { "ok" }))
-            .merge(protected)
-            .layer(axum::extract::DefaultBodyLimit::max(options.max_body_bytes))
-            .layer(axum::middleware::map_response(no_sniff));
+        let protected = guard.wrap(
+            Router::new()
+                .merge(mcp)
+                .route("/status", get(status))
+                .with_state(daemon.clone())
+                .merge(super::graph_page::routes(daemon.clone()))
+                .merge(options.extra_routes.unwrap_or_default()),
+        );
+        let router = finish(Router::new().route("/health", get(|| async { "ok" })).merge(protected), limit);
         Ok(HttpServer { listener, router, daemon, drain_timeout: options.drain_timeout })
     }
 
@@ -171,6 +142,74 @@ impl HttpServer {
             .await
             .map_err(|source| DaemonError::Io { context: "the HTTP server failed".into(), source })
     }
+}
+
+/// The protections of a listener that runs tools, for any router (the daemon's own, and the
+/// environment server's): the bearer token, the cross-site refusal and the `Host` check.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    /// The bearer token clients must send, when set.
+    pub token: Option<Arc<str>>,
+    /// The listening port (the token cookie is named by it).
+    pub port: u16,
+    /// `Host` names answered: the loopback names, the listening address and those allowed.
+    pub hosts: Vec<String>,
+    /// Browser origins accepted: loopback ones and those allowed.
+    pub origins: Vec<String>,
+}
+
+impl Guard {
+    /// Binds `addr` for a server with these options' token, hosts and origins. Refuses a
+    /// non-loopback address without a token, and an empty token.
+    pub async fn listen(
+        addr: SocketAddr,
+        token: Option<String>,
+        options: &HttpOptions,
+    ) -> Result<(tokio::net::TcpListener, Guard), DaemonError> {
+        if !addr.ip().is_loopback() && token.is_none() {
+            return Err(DaemonError::Config(format!(
+                "refusing to serve tools on {addr} without a bearer token: set --token-file (or TOOLSMITH_TOKEN), \
+                 or listen on 127.0.0.1"
+            )));
+        }
+        if token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(DaemonError::Config("the bearer token is empty".into()));
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| DaemonError::Io { context: format!("cannot listen on {addr}"), source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| DaemonError::Io { context: "cannot read the listening address".into(), source })?;
+        let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
+        hosts.push(local.ip().to_string());
+        hosts.extend(options.allowed_hosts.iter().cloned());
+        let mut origins: Vec<String> = vec!["http://localhost:*".into(), "http://127.0.0.1:*".into()];
+        origins.extend(options.allowed_origins.iter().cloned());
+        let guard = Guard { token: token.as_deref().map(Arc::from), port: local.port(), hosts, origins };
+        Ok((listener, guard))
+    }
+
+    /// `router` behind the token, the cross-site refusal and the host check.
+    pub fn wrap(&self, router: Router) -> Router {
+        let allowed: Arc<Vec<String>> = Arc::new(self.hosts.iter().map(|h| h.to_ascii_lowercase()).collect());
+        router
+            .route_layer(axum::middleware::from_fn_with_state((self.token.clone(), self.port), require_token))
+            .route_layer(axum::middleware::from_fn_with_state(Arc::new(self.origins.clone()), refuse_cross_site))
+            .route_layer(axum::middleware::from_fn_with_state(allowed, check_host))
+    }
+
+    /// Whether a browser's `Origin` is one this server accepts: a WebSocket handshake is a GET,
+    /// which the cross-site refusal lets pass, so a socket that changes state checks it itself.
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        self.origins.iter().any(|pattern| origin_matches(pattern, origin))
+    }
+}
+
+/// Tells browsers not to guess a response's type, on every response of `router`, and caps its
+/// request bodies at `limit` bytes.
+pub fn finish(router: Router, limit: usize) -> Router {
+    router.layer(axum::extract::DefaultBodyLimit::max(limit)).layer(axum::middleware::map_response(no_sniff))
 }
 
 async fn status(State(daemon): State<Daemon>) -> impl IntoResponse {

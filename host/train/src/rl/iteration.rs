@@ -1,36 +1,29 @@
-//! One RL iteration, the unit the trainer core runs: sample the groups ([`super::rollout`]'s
-//! types), let the method score them and assign credit ([`super::method`]), turn them into
+//! One RL iteration, the unit the trainer core runs: sample the groups ([`super::sampler`], the
+//! seam the environments share), let the method score them and assign credit ([`super::method`]), turn them into
 //! token-exact examples with old and reference log-probs, learn the tool graph, and update the
 //! policy with the clipped surrogate ([`super::update`]'s mini-batches). [`RlUnit`] and every
 //! step of its iteration live here, in the order an iteration runs them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use toolsmith_agent::backend::{Backend, CompletionsBackend, GenerateOptions};
-use toolsmith_agent::env::Task;
-use toolsmith_agent::tools::{CREATE_TOOL, Executor};
-use toolsmith_agent::{Agent, AgentConfig, Trajectory};
+use toolsmith_agent::Trajectory;
+use toolsmith_agent::backend::CompletionsBackend;
+use toolsmith_agent::tools::CREATE_TOOL;
 use toolsmith_policy::tch::{Kind, Tensor};
 use toolsmith_policy::{Policy, ScoreOptions};
 
 use crate::TrainError;
 use crate::checkpoint::RunDir;
 use crate::metrics::{IterationMetrics, Record};
-use crate::rl::advantage::{keeps_group, overlong_penalty};
 use crate::rl::config::{OldLogprobs, RlConfig};
-use crate::rl::episode::{episode_sequences, mem_span};
 use crate::rl::loss::{LossInputs, LossStats, policy_loss};
-use crate::rl::method::{CreditContext, TurnCredit, token_advantages};
-use crate::rl::reward::{EpisodeReward, correct};
-use crate::rl::rollout::{Group, Sampled, TrainWorld, mix, select_groups};
-use crate::rl::training_graph::{GraphUpdate, TrainingGraph};
-use crate::rl::update::{Example, MiniBatch, UpdateOutcome, cut, cut_off, deal, longest_first, score_all};
+use crate::rl::reward::correct;
+use crate::rl::sampler::{Group, Sampled, Sampler};
+use crate::rl::training_graph::GraphUpdate;
+use crate::rl::update::{Example, MiniBatch, UpdateOutcome, cut_off, deal, longest_first, score_all};
 use crate::run::{Core, Unit, padded_rows};
 use crate::sequence::SequenceBuilder;
 
@@ -44,12 +37,9 @@ pub(super) enum Reference {
 
 /// What an iteration needs besides the core.
 pub(super) struct RlUnit {
-    pub(super) config: RlConfig,
+    pub(super) sampler: Sampler,
     pub(super) builder: SequenceBuilder,
-    pub(super) worlds: Vec<TrainWorld>,
-    pub(super) graph: Option<TrainingGraph>,
     pub(super) reference: Option<Reference>,
-    pub(super) backend: Arc<dyn Backend>,
     pub(super) engine: Option<CompletionsBackend>,
     pub(super) runtime: tokio::runtime::Runtime,
     pub(super) run: RunDir,
@@ -57,7 +47,7 @@ pub(super) struct RlUnit {
 
 impl std::fmt::Debug for RlUnit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RlUnit").field("method", &self.config.method).finish_non_exhaustive()
+        f.debug_struct("RlUnit").field("method", &self.config().method).finish_non_exhaustive()
     }
 }
 
@@ -67,17 +57,17 @@ impl Unit for RlUnit {
     fn unit(&mut self, core: &mut Core) -> Result<Record, TrainError> {
         let started = Instant::now();
         let iteration = core.state().step;
-        let sampled = self.sample(iteration)?;
+        let sampled = self.runtime.block_on(self.sampler.sample(iteration));
         // The rollouts' keys and values are stale once the weights move: freed now, the update
         // reuses their memory instead of adding to it (issue: RL's peak RSS).
-        self.backend.release_memory();
+        self.sampler.backend().release_memory();
         let policy = core.policy();
         let mut examples = self.credited_examples(&sampled, &policy)?;
         let gap = self.old_logprobs(&mut examples, &policy)?;
         self.reference_logprobs(&mut examples, &policy)?;
         let all: Vec<&Group> = sampled.kept.iter().chain(&sampled.dropped).collect();
         let calls = self.count_calls(&all)?;
-        let graph = self.learn_tools(iteration, &all)?;
+        let graph = self.sampler.learn_tools(iteration, &all)?;
         let update = {
             // Every micro-batch allocates and frees the same large tensors: reused from the heap,
             // not zero-filled afresh. Only here, so that decoding keeps glibc's defaults.
@@ -91,7 +81,7 @@ impl Unit for RlUnit {
     }
 
     fn extra(&self, dir: &Path) -> Result<(), TrainError> {
-        self.graph.as_ref().map_or(Ok(()), |g| g.snapshot(dir))
+        self.sampler.graph().map_or(Ok(()), |g| g.snapshot(dir))
     }
 
     fn sync(&mut self, core: &Core) -> Result<(), TrainError> {
@@ -107,174 +97,28 @@ struct CallCounts {
 }
 
 impl RlUnit {
+    /// The run's settings.
+    pub(super) fn config(&self) -> &RlConfig {
+        self.sampler.config()
+    }
+
     /// The kept groups' examples, each episode's tokens weighted by the method's credit, longest
     /// first.
     fn credited_examples(&self, sampled: &Sampled, policy: &Arc<Mutex<Policy>>) -> Result<Vec<Example>, TrainError> {
-        // SEARL merges the iteration's created tools before forming step groups, so that two
-        // rollouts' near-duplicate tools anchor one group (the graph admits them after credit).
-        let merged = match &self.graph {
-            Some(graph) => graph.merged_names(sampled.kept.iter().flat_map(|g| &g.episodes))?,
-            None => HashMap::new(),
-        };
-        let context = CreditContext { config: &self.config, policy, builder: &self.builder, merged: &merged };
-        let mut examples = Vec::new();
-        let mut first_episode = 0;
-        for group in &sampled.kept {
-            let credit = self.config.method.spec().assign.credit(&group.view(), &context)?;
-            examples.extend(self.examples(group, &credit, first_episode)?);
-            first_episode += group.episodes.len();
-        }
-        longest_first(&mut examples);
-        Ok(examples)
-    }
-
-    /// The iteration's groups. With dynamic sampling, a group whose episodes are all right or
-    /// all wrong (equal outcomes: the method's accuracy, before any shaping) is dropped and
-    /// more tasks are drawn, up to `max_refills` times.
-    ///
-    /// With `oversample`, the first draw takes that many more tasks, and groups beyond
-    /// `tasks_per_iteration` that would be kept count as dropped.
-    pub(super) fn sample(&self, iteration: u64) -> Result<Sampled, TrainError> {
-        let target = self.config.tasks_per_iteration;
-        let dynamic = self.config.dynamic_sampling;
-        let mut sampled = Sampled { kept: Vec::new(), dropped: Vec::new(), seconds: 0.0 };
-        let mut drawn = 0;
-        for draw in 0..=self.config.max_refills as u64 {
-            // `validate` allows oversampling only with dynamic sampling.
-            let extra = if draw == 0 { self.config.oversample } else { 0 };
-            let tasks = self.draw_tasks(iteration, drawn, target - sampled.kept.len() + extra);
-            if tasks.is_empty() {
-                break;
-            }
-            drawn += tasks.len();
-            let started = Instant::now();
-            let groups = self.rollouts(iteration, draw, &tasks);
-            sampled.seconds += started.elapsed().as_secs_f64();
-            if dynamic {
-                let room = target - sampled.kept.len();
-                let (kept, dropped) = select_groups(groups, room, |g| keeps_group(&g.rewards));
-                sampled.kept.extend(kept);
-                sampled.dropped.extend(dropped);
-            } else {
-                sampled.kept.extend(groups);
-            }
-            if !dynamic || sampled.kept.len() >= target {
-                break;
-            }
-        }
-        Ok(sampled)
-    }
-
-    /// Tasks `from..from + count` of the current iteration's order of every training task,
-    /// seeded by (seed, iteration) so a resumed run draws the same, and a refill of dynamic
-    /// sampling draws tasks not drawn before in the iteration.
-    pub(super) fn draw_tasks(&self, iteration: u64, from: usize, count: usize) -> Vec<(usize, Task)> {
-        let mut rng = StdRng::seed_from_u64(mix(&[self.config.run.seed, iteration]));
-        let mut all: Vec<(usize, usize)> =
-            self.worlds.iter().enumerate().flat_map(|(w, world)| (0..world.tasks.len()).map(move |t| (w, t))).collect();
-        all.shuffle(&mut rng);
-        all.into_iter().skip(from).take(count).map(|(w, t)| (w, self.worlds[w].tasks[t].clone())).collect()
-    }
-
-    /// Samples a group of episodes for each task, all at once.
-    pub(super) fn rollouts(&self, iteration: u64, draw: u64, tasks: &[(usize, Task)]) -> Vec<Group> {
-        let c = &self.config;
-        let mut futures = Vec::new();
-        for (k, (world, task)) in tasks.iter().enumerate() {
-            for e in 0..c.group_size {
-                let generate = GenerateOptions {
-                    max_tokens: c.max_tokens,
-                    temperature: c.temperature,
-                    top_p: c.top_p,
-                    top_k: c.top_k,
-                    repetition_penalty: c.repetition_penalty,
-                    seed: mix(&[c.run.seed, iteration, draw, k as u64, e as u64]),
-                    ..GenerateOptions::default()
-                };
-                let mut config = AgentConfig {
-                    mode: c.method.mode(),
-                    max_turns: c.max_turns,
-                    generate,
-                    tool_format: c.run.tool_format,
-                    ..AgentConfig::default()
-                };
-                if let Some(g) = &c.graph {
-                    config.top_k = g.top_k;
-                }
-                let mut agent = Agent::new(self.backend.clone(), self.worlds[*world].tools.clone(), config);
-                if let Some(graph) = &self.graph {
-                    agent = agent.with_retriever(graph.retriever());
-                }
-                let question = task.question.clone();
-                futures.push(async move { agent.run(&question).await });
-            }
-        }
-        let mut episodes = self.runtime.block_on(futures_util::future::join_all(futures)).into_iter();
-        tasks
-            .iter()
-            .map(|(world, task)| {
-                let episodes: Vec<Trajectory> = episodes.by_ref().take(c.group_size).collect();
-                let rewards = episodes.iter().map(|e| self.reward(e, task)).collect();
-                Group { world: *world, task: task.clone(), episodes, rewards }
+        let mut examples: Vec<Example> = self
+            .sampler
+            .credited(&sampled.kept, policy, &self.builder)?
+            .into_iter()
+            .map(|c| Example {
+                old: c.sequence.behaviour.clone(),
+                sequence: c.sequence,
+                episode: c.episode,
+                advantages: c.advantages,
+                reference: None,
+                importance: None,
             })
-            .collect()
-    }
-
-    /// The method's reward of an episode, with DAPO's soft overlong penalty when configured.
-    fn reward(&self, episode: &Trajectory, task: &Task) -> EpisodeReward {
-        let mut r = self.config.method.spec().assign.reward(episode, &task.golden_answers, &self.config);
-        if self.config.overlong_cache > 0 {
-            // The longest turn decides: one runaway turn is what the penalty discourages.
-            let longest = episode.steps.iter().map(|s| s.response_tokens).max().unwrap_or(0);
-            let penalty = overlong_penalty(longest, self.config.max_tokens, self.config.overlong_cache);
-            r.total += penalty;
-            if let Some(last) = r.steps.last_mut() {
-                *last += penalty;
-            }
-        }
-        r
-    }
-
-    /// The examples of one group from its turns' credit (`credit[episode][turn]`); its episodes
-    /// are numbered from `first_episode` on.
-    pub(super) fn examples(
-        &self,
-        group: &Group,
-        credit: &[Vec<TurnCredit>],
-        first_episode: usize,
-    ) -> Result<Vec<Example>, TrainError> {
-        let tokenizer = self.builder.tokenizer();
-        let mut examples = Vec::new();
-        for (number, (episode, credit)) in group.episodes.iter().zip(credit).enumerate() {
-            let sequences = match episode_sequences(&self.builder, episode) {
-                Ok(s) => s,
-                Err(e) => {
-                    // An episode that cannot be scored (past the context) is left out, not fatal.
-                    tracing::warn!(task = %group.task.id, "episode left out of the update: {e}");
-                    continue;
-                }
-            };
-            for mut sequence in sequences {
-                let advantages = token_advantages(
-                    &mut sequence,
-                    credit,
-                    |step| cut(episode, step, self.config.overlong_cache),
-                    |ids| Ok(mem_span(tokenizer, ids)?),
-                )?;
-                if !sequence.tokens.loss_mask.iter().any(|&m| m) {
-                    continue;
-                }
-                let old = sequence.behaviour.clone();
-                examples.push(Example {
-                    sequence,
-                    episode: first_episode + number,
-                    advantages,
-                    old,
-                    reference: None,
-                    importance: None,
-                });
-            }
-        }
+            .collect();
+        longest_first(&mut examples);
         Ok(examples)
     }
 
@@ -287,10 +131,10 @@ impl RlUnit {
         examples: &mut [Example],
         policy: &Mutex<Policy>,
     ) -> Result<Option<f64>, TrainError> {
-        let Some(engine) = &self.config.engine else { return Ok(None) };
-        let options = ScoreOptions::at(self.config.temperature);
+        let Some(engine) = &self.config().engine else { return Ok(None) };
+        let options = ScoreOptions::at(self.config().temperature);
         let scored =
-            score_all(&toolsmith_contract::sync::lock(policy), examples, &options, self.config.micro_batch_tokens)?;
+            score_all(&toolsmith_contract::sync::lock(policy), examples, &options, self.config().micro_batch_tokens)?;
         let (mut gap, mut tokens) = (0.0, 0usize);
         for (example, trainer) in examples.iter_mut().zip(scored) {
             let mask = &example.sequence.tokens.loss_mask;
@@ -318,8 +162,8 @@ impl RlUnit {
         policy: &Arc<Mutex<Policy>>,
     ) -> Result<(), TrainError> {
         let Some(reference) = &self.reference else { return Ok(()) };
-        let options = ScoreOptions::at(self.config.temperature);
-        let tokens = self.config.micro_batch_tokens;
+        let options = ScoreOptions::at(self.config().temperature);
+        let tokens = self.config().micro_batch_tokens;
         let scored = match reference {
             Reference::Copy(reference) => {
                 score_all(&toolsmith_contract::sync::lock(reference), examples, &options, tokens)
@@ -341,7 +185,7 @@ impl RlUnit {
     /// `epochs` passes over the examples, each one optimiser step per mini-batch
     /// (`deal`), the examples in the order given ([`longest_first`], as they were scored).
     pub(super) fn update(&self, core: &mut Core, examples: &[Example]) -> Result<UpdateOutcome, TrainError> {
-        let c = &self.config;
+        let c = self.config();
         let iteration = core.state().step;
         let steps_per_epoch = c.mini_batches as u64;
         let step_index =
@@ -392,7 +236,7 @@ impl RlUnit {
         stats: &mut LossStats,
         entropy_sum: &mut f64,
     ) -> Result<(f64, f64), TrainError> {
-        let c = &self.config;
+        let c = self.config();
         let MiniBatch { examples: chosen, sequences, weights, frozen } = batch;
         core.optimizer_mut().zero_grad();
         let mut failure = None;
@@ -449,7 +293,7 @@ impl RlUnit {
     /// Gives the external engine the current weights (when configured to): saved to
     /// `RUN/engine-weights`, then loaded by the engine before the next rollouts.
     pub(super) fn push_weights(&self, policy: &Mutex<Policy>) -> Result<(), TrainError> {
-        let (Some(engine), Some(settings)) = (&self.engine, &self.config.engine) else { return Ok(()) };
+        let (Some(engine), Some(settings)) = (&self.engine, &self.config().engine) else { return Ok(()) };
         if !settings.push_weights {
             return Ok(());
         }
@@ -473,7 +317,7 @@ impl RlUnit {
     /// Counts the calls of `groups`: creations, reuses of tools the graph had admitted before
     /// this iteration (as the rollouts saw it) and every other call.
     fn count_calls(&self, groups: &[&Group]) -> Result<CallCounts, TrainError> {
-        let admitted: HashSet<String> = match &self.graph {
+        let admitted: HashSet<String> = match self.sampler.graph() {
             Some(g) => g.admitted_names()?.into_iter().collect(),
             None => HashSet::new(),
         };
@@ -488,21 +332,6 @@ impl RlUnit {
             }
         }
         Ok(counts)
-    }
-
-    /// SEARL's tool graph learns from every sampled group (dropped ones included: a tool that
-    /// worked is worth keeping whatever its group's spread).
-    fn learn_tools(&self, iteration: u64, groups: &[&Group]) -> Result<GraphUpdate, TrainError> {
-        let (Some(graph), Some(settings)) = (&self.graph, &self.config.graph) else {
-            return Ok(GraphUpdate::default());
-        };
-        // Task ids repeat across worlds: the graph's admission is per task of a world.
-        let keyed: Vec<(String, &Group)> =
-            groups.iter().map(|g| (format!("world-{}/{}", g.world, g.task.id), *g)).collect();
-        let views: Vec<(&str, &[Trajectory], &[EpisodeReward])> =
-            keyed.iter().map(|(k, g)| (k.as_str(), g.episodes.as_slice(), g.rewards.as_slice())).collect();
-        let executors: Vec<&dyn Executor> = self.worlds.iter().map(|w| w.tools.as_ref()).collect();
-        graph.learn(iteration + 1, &views, settings.admit, &executors)
     }
 }
 

@@ -7,6 +7,8 @@
 //! - [`method`]: each paper's reward and credit assignment (GAP, SEARL, MemPO, MTR), one file
 //!   each, registered in one table; [`reward`] holds what they share.
 //! - [`episode`]: a sampled episode as token-exact sequences with behaviour log-probs.
+//! - [`sampler`]: the seam the trainer and the environments share: groups sampled, rewarded
+//!   and credited token by token, without an update (`env serve` and `env atropos` use it).
 //! - [`training_graph`]: SEARL's tool graph growing during training (the run's own registry).
 //! - [`config`] and [`trainer`]: `toolsmith train rl`: its settings and its setup; one iteration
 //!   (rollouts in groups, rewards, credit, updates) is `iteration`, its sampling `rollout` and
@@ -21,6 +23,7 @@ pub mod loss;
 pub mod method;
 pub mod reward;
 mod rollout;
+pub mod sampler;
 pub mod trainer;
 pub mod training_graph;
 mod update;

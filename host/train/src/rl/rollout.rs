@@ -1,49 +1,15 @@
-//! Sampling an iteration's groups: tasks drawn in a seeded order, a group of episodes per task
-//! run all at once through the batching backend (or an engine), each scored by the method's
-//! reward with DAPO's overlong shaping, and DAPO's dynamic sampling drawing more tasks while
-//! groups are uninformative.
+//! What sampling shares with the rest of the trainer: seeds, the task pool's hash, simulated
+//! tools (MTR) and dynamic sampling's choice of groups; the sampling itself is
+//! [`super::sampler`]'s.
 
 use std::sync::Arc;
 
-use toolsmith_agent::Trajectory;
-use toolsmith_agent::env::Task;
 use toolsmith_agent::simulate::ToolActor;
 use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_contract::ToolKind;
 
 use crate::TrainError;
-use crate::rl::method::GroupView;
-use crate::rl::reward::EpisodeReward;
-
-/// A training world: its tasks and tools.
-pub(super) struct TrainWorld {
-    pub(super) tasks: Vec<Task>,
-    pub(super) tools: Arc<dyn Executor>,
-}
-
-/// A group: one task's episodes and their rewards.
-pub(super) struct Group {
-    /// The training world the task is from (task ids repeat across worlds).
-    pub(super) world: usize,
-    pub(super) task: Task,
-    pub(super) episodes: Vec<Trajectory>,
-    pub(super) rewards: Vec<EpisodeReward>,
-}
-
-impl Group {
-    /// The group as a method sees it.
-    pub(super) fn view(&self) -> GroupView<'_> {
-        GroupView { task: &self.task, episodes: &self.episodes, rewards: &self.rewards }
-    }
-}
-
-/// An iteration's groups: those trained on, those dynamic sampling dropped, and the seconds the
-/// rollouts took.
-pub(super) struct Sampled {
-    pub(super) kept: Vec<Group>,
-    pub(super) dropped: Vec<Group>,
-    pub(super) seconds: f64,
-}
+use crate::rl::sampler::TrainWorld;
 
 /// A seed from a few numbers (SplitMix64 finaliser over their mix).
 pub(super) fn mix(parts: &[u64]) -> u64 {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use toolsmith_agent::backend::{Backend, BatchConfig, BatchedBackend, CompletionsBackend};
-use toolsmith_agent::env::{Corpus, Task, World};
+use toolsmith_agent::env::Task;
 use toolsmith_agent::simulate::ToolActor;
 use toolsmith_agent::tools::Executor;
 use toolsmith_policy::{Policy, SamplingParams};
@@ -18,7 +18,8 @@ use crate::heldout::{HeldOut, ToolsFor, budget_fit};
 use crate::optim::Schedule;
 use crate::rl::config::RlConfig;
 use crate::rl::iteration::{Reference, RlUnit};
-use crate::rl::rollout::{TrainWorld, mix, pool_hash, simulated};
+use crate::rl::rollout::{mix, pool_hash};
+use crate::rl::sampler::{Sampler, TrainWorld, training_worlds};
 use crate::rl::training_graph::{REGISTRY_FILE, TrainingGraph};
 use crate::run::{Core, Event, Opened, Resume, Setup, open, trainable};
 use crate::sequence::SequenceBuilder;
@@ -86,22 +87,7 @@ impl RlTrainer {
         };
         let policy = trainable(policy, &config)?;
         let run = RunDir::create(run.root())?;
-        let worlds: Vec<TrainWorld> = config
-            .worlds
-            .seeds
-            .iter()
-            .map(|&seed| {
-                let world = World::generate(config.worlds.world(seed));
-                let corpus = Arc::new(Corpus::new(&world.documents()).map_err(|e| TrainError::Agent(e.to_string()))?);
-                let tools = match &actor {
-                    Some(actor) => simulated(tools_for(corpus).as_ref(), actor.clone())?,
-                    None => tools_for(corpus),
-                };
-                let mut tasks = world.tasks_counted(&config.worlds.family_tasks);
-                tasks.retain(|t| config.families.is_empty() || config.families.contains(&t.family));
-                Ok(TrainWorld { tasks, tools })
-            })
-            .collect::<Result<_, TrainError>>()?;
+        let worlds = training_worlds(&config, actor.as_ref(), tools_for)?;
         warn_if_cut(&worlds, &config, &policy);
         let graph = match (&config.graph, &resumed) {
             (None, _) => None,
@@ -161,13 +147,14 @@ impl RlTrainer {
             .enable_all()
             .build()
             .map_err(|e| TrainError::Agent(format!("cannot start tokio: {e}")))?;
-        let unit = RlUnit { config, builder, worlds, graph, reference, backend, engine, runtime, run };
+        let sampler = Sampler::new(config, worlds, graph, backend);
+        let unit = RlUnit { sampler, builder, reference, engine, runtime, run };
         Ok(RlTrainer { core, unit })
     }
 
     /// The tools rollouts in training world `index` call (simulated ones for MTR).
     pub fn training_tools(&self, index: usize) -> Option<Arc<dyn Executor>> {
-        self.unit.worlds.get(index).map(|w| w.tools.clone())
+        self.unit.sampler.worlds().get(index).map(|w| w.tools.clone())
     }
 
     /// Trains to the last iteration; returns the directory of the final policy.

@@ -1,0 +1,3 @@
+fn main() {
+    toolsmith_build::link_libtorch();
+}
