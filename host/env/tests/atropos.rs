@@ -198,10 +198,14 @@ fn pulled_batches_are_the_trainers_groups_token_for_token() {
         assert_eq!(got.masks, want.masks);
         assert_eq!(got.scores, want.scores);
         assert_eq!(got.advantages, want.advantages);
-        assert_eq!(got.inference_logprobs, want.inference_logprobs);
+        // The engine's log-probs of the same tokens, computed again for the second run: equal to
+        // rounding (its matrix products are not bitwise repeatable across batches).
+        for (g, w) in got.inference_logprobs.iter().flatten().zip(want.inference_logprobs.iter().flatten()) {
+            assert!((g - w).abs() < 1e-5, "engine log-probs {g} and {w}");
+        }
         for ((tokens, mask), advantages) in got.tokens.iter().zip(&got.masks).zip(&got.advantages) {
             assert_eq!(tokens.len(), mask.len());
-            assert!(mask.iter().any(|&m| m == IGNORED), "the prompt is outside the loss");
+            assert!(mask.contains(&IGNORED), "the prompt is outside the loss");
             for ((&t, &m), &a) in tokens.iter().zip(mask).zip(advantages) {
                 assert!(m == IGNORED || m == t, "a mask holds the token id or -100");
                 if m == IGNORED {
