@@ -230,7 +230,7 @@ fn observation_reply(id: &str, result: &StepResult) -> Value {
     let mut observation = serde_json::to_value(&result.observation).unwrap_or_else(|_| json!({}));
     observation["episode_id"] = json!(id);
     observation["result"] = result.info.clone();
-    json!({"observation": observation, "reward": if result.done || result.observation.turn > 0 { json!(result.reward) } else { Value::Null }, "done": result.done})
+    json!({"observation": observation, "reward": result.reward, "done": result.done})
 }
 
 async fn do_reset(env: &Environment, request: ResetRequest) -> Result<Value, EnvError> {
@@ -257,12 +257,11 @@ async fn do_step(env: &Environment, id: &str, action: Action) -> Result<Value, E
             Ok(json!({"observation": {"tools": tools}, "reward": null, "done": false}))
         }
         Action::CallTool { name, arguments } => {
-            let (result, error) = match env.call_tool(&name, arguments).await {
-                Ok(value) => (call_result(Ok(value)), Value::Null),
-                Err(e) => (call_result(Err(e)), Value::Null),
-            };
+            // A tool's own failure is its result (`isError`), as MCP reports it; OpenEnv's
+            // `error` is for the transport, which cannot fail in process.
+            let result = call_result(env.call_tool(&name, arguments).await);
             Ok(
-                json!({"observation": {"tool_name": name, "result": result, "error": error}, "reward": null, "done": false}),
+                json!({"observation": {"tool_name": name, "result": result, "error": null}, "reward": null, "done": false}),
             )
         }
     }
