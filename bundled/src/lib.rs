@@ -16,5 +16,5 @@ include!(concat!(env!("OUT_DIR"), "/bundled.rs"));
 
 /// Looks up a bundled plugin by tool name, for tests and benchmarks that need one known tool.
 pub fn get(name: &str) -> Option<&'static Bundled> {
-    BUNDLED.iter().find(|b| b.name == name)
+    BUNDLED.iter().chain(NEEDS_GRANTS).find(|b| b.name == name)
 }

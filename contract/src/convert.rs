@@ -19,6 +19,9 @@ impl Manifest {
         if !self.provenance.is_empty() {
             meta.insert("toolsmith/provenance".into(), json!(self.provenance));
         }
+        if !self.capabilities.is_empty() {
+            meta.insert("toolsmith/capabilities".into(), json!(self.capabilities));
+        }
         // Schemas written before formats were normalised (or by another generator) are served
         // with the standard formats only.
         json!({
@@ -43,6 +46,7 @@ impl Manifest {
             "examples": meta.get("toolsmith/examples").cloned().unwrap_or(json!([])),
             "kind": meta.get("toolsmith/kind").cloned().unwrap_or(json!(ToolKind::Native)),
             "provenance": meta.get("toolsmith/provenance").cloned().unwrap_or(json!({})),
+            "capabilities": meta.get("toolsmith/capabilities").cloned().unwrap_or(json!({})),
         });
         Manifest::from_value(manifest)
     }

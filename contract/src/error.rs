@@ -35,6 +35,9 @@ pub enum ErrorKind {
     PythonError,
     /// The host is at its concurrency limit; nothing is wrong with the call, retry it later.
     Busy,
+    /// The tool reached for a capability (a host, a directory, a secret) no operator granted it;
+    /// `expected` names the capability.
+    PermissionDenied,
 }
 
 impl ErrorKind {
@@ -52,6 +55,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found",
             ErrorKind::PythonError => "python_error",
             ErrorKind::Busy => "busy",
+            ErrorKind::PermissionDenied => "permission_denied",
         }
     }
 
@@ -59,7 +63,7 @@ impl ErrorKind {
     /// tool, a server at its limit. Such a call says nothing about how well the tool works, so
     /// it does not lower the tool's success rate.
     pub fn is_callers(self) -> bool {
-        matches!(self, ErrorKind::InvalidArgs | ErrorKind::NotFound | ErrorKind::Busy)
+        matches!(self, ErrorKind::InvalidArgs | ErrorKind::NotFound | ErrorKind::Busy | ErrorKind::PermissionDenied)
     }
 
     /// The kind a wire name such as `invalid_args` stands for, for readers of error envelopes.
@@ -68,7 +72,7 @@ impl ErrorKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::InvalidArgs,
         ErrorKind::InvalidOutput,
         ErrorKind::ToolError,
@@ -80,6 +84,7 @@ impl ErrorKind {
         ErrorKind::NotFound,
         ErrorKind::PythonError,
         ErrorKind::Busy,
+        ErrorKind::PermissionDenied,
     ];
 }
 

@@ -28,6 +28,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod capabilities;
 mod convert;
 mod error;
 pub mod home;
@@ -37,6 +38,7 @@ pub mod sync;
 #[cfg(feature = "validate")]
 pub mod validate;
 
+pub use capabilities::{Capabilities, Grants};
 pub use error::{ErrorKind, PythonException, StructuredError};
 
 /// Names the server's meta tools answer to (`search_tools`, SEARL's `create_and_execute_mcp`):

@@ -7,6 +7,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::capabilities::Capabilities;
+
 /// The pattern every tool name matches: snake_case ASCII, starting with a letter.
 pub const NAME_PATTERN: &str = "^[a-z][a-z0-9]*(_[a-z0-9]+)*$";
 /// The longest tool name accepted (OpenAI function names allow 64 characters).
@@ -44,6 +46,10 @@ pub struct Manifest {
     /// Where the tool came from.
     #[serde(default, skip_serializing_if = "Provenance::is_empty")]
     pub provenance: Provenance,
+    /// What the tool asks to reach beyond pure computation (hosts, directories, secrets,
+    /// environment variables). Declaring grants nothing: an operator grants per tool.
+    #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
+    pub capabilities: Capabilities,
 }
 
 /// One worked example of a tool call.

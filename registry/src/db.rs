@@ -108,6 +108,36 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         UPDATE counters SET value = value + 1 WHERE name = 'activity';
     END;
     "#,
+    // 4: capability grants per tool, bound to the code they were granted to, and their log. The
+    // log names tools by name (not id) so it outlives a removed tool. A grant moves the generation,
+    // so served tool listings (which show grants) are rebuilt.
+    r#"
+    CREATE TABLE grants (
+        tool INTEGER NOT NULL REFERENCES tools(id) ON DELETE CASCADE,
+        capability TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        description TEXT NOT NULL,
+        blob_hash TEXT,
+        granted_by TEXT NOT NULL,
+        granted_at INTEGER NOT NULL,
+        PRIMARY KEY (tool, capability)
+    ) STRICT;
+    CREATE TABLE grant_log (
+        id INTEGER PRIMARY KEY,
+        tool TEXT NOT NULL,
+        action TEXT NOT NULL,
+        capability TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        at INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX grant_log_tool ON grant_log(tool);
+    CREATE TRIGGER grants_added AFTER INSERT ON grants BEGIN
+        UPDATE counters SET value = value + 1 WHERE name = 'generation';
+    END;
+    CREATE TRIGGER grants_removed AFTER DELETE ON grants BEGIN
+        UPDATE counters SET value = value + 1 WHERE name = 'generation';
+    END;
+    "#,
 ];
 
 /// The schema version this build writes.

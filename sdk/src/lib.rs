@@ -43,11 +43,16 @@
 //! ```
 //!
 //! Inside the host a tool may log ([`log`]) and call other tools ([`call_tool`]); the host checks
-//! the callee's arguments and results and runs it in its own sandbox. Nothing else is reachable:
-//! no files, no network, no environment.
+//! the callee's arguments and results and runs it in its own sandbox. Nothing else is reachable
+//! unless the tool declares it (`capabilities: {...}` in [`tool!`]) and an operator grants it:
+//! outgoing HTTP ([`http`]), secrets ([`secret`]), read-only directories at `/dirs/<name>`
+//! (`std::fs`), environment variables (`std::env`).
 #![warn(missing_docs)]
 
 use serde::de::DeserializeOwned;
+
+pub mod http;
+pub use http::secret;
 
 pub use schemars::{self, JsonSchema};
 pub use serde::{self, Deserialize, Serialize};
@@ -161,6 +166,7 @@ macro_rules! tool {
         description: $description:expr,
         run: $run:path,
         examples: [ $( $input:tt => $output:tt ),+ $(,)? ] $(,)?
+        $( capabilities: $capabilities:tt $(,)? )?
     ) => {
         /// This tool's manifest, derived from its function's types.
         pub fn manifest() -> $crate::contract::Manifest {
@@ -170,6 +176,7 @@ macro_rules! tool {
                 $description,
                 $crate::__private::schemas_of($run),
                 vec![$( ($crate::json!($input), $crate::json!($output)) ),+],
+                $crate::__private::or_null(&[$( $crate::json!($capabilities) )?]),
             )
         }
 
@@ -207,6 +214,11 @@ pub mod __private {
     use super::*;
     use toolsmith_contract::{Example, Manifest, Provenance, ToolKind, ToolName};
 
+    /// The macro's optional `capabilities`, or null.
+    pub fn or_null(given: &[Value]) -> Value {
+        given.first().cloned().unwrap_or(Value::Null)
+    }
+
     /// The input and output schemas of a tool function, read from its types.
     pub fn schemas_of<I: JsonSchema, O: JsonSchema>(_run: fn(I) -> Result<O, ToolError>) -> (Value, Value) {
         (toolsmith_contract::schemas::tool_schema_for::<I>(), toolsmith_contract::schemas::tool_schema_for::<O>())
@@ -219,7 +231,14 @@ pub mod __private {
         description: &str,
         (input_schema, output_schema): (Value, Value),
         examples: Vec<(Value, Value)>,
+        capabilities: Value,
     ) -> Manifest {
+        // A bad literal is the tool author's bug, like a bad name.
+        let capabilities: toolsmith_contract::Capabilities = if capabilities.is_null() {
+            Default::default()
+        } else {
+            serde_json::from_value(capabilities).unwrap_or_else(|e| panic!("bad capabilities for tool `{name}`: {e}"))
+        };
         let manifest = Manifest {
             // A bad literal name is the tool author's bug; the host reports it at load.
             name: ToolName::new(name).unwrap_or_else(|e| panic!("{e}")),
@@ -233,6 +252,7 @@ pub mod __private {
                 .collect(),
             kind: ToolKind::Plugin,
             provenance: Provenance::default(),
+            capabilities,
         };
         if let Err(e) = manifest.check() {
             panic!("invalid manifest for tool `{name}`: {e}");

@@ -102,8 +102,11 @@ fn call_registered(
     if record.kind == ToolKind::Python && toolbox.python().is_none() {
         toolbox.set_python(env.python_runtime(toolbox.sandbox())?);
     }
-    let outcome =
-        toolbox.load_stored(&record.manifest, blob.as_deref()).and_then(|t| toolbox.call_tool(&t, args, limits));
+    // Only the grants bound to this code: a tool whose code changed since is pure until granted again.
+    let grants = registry.grants(&record.name)?.active;
+    let outcome = toolbox
+        .load_stored(&record.manifest, blob.as_deref())
+        .and_then(|t| toolbox.call_tool(&t.with_grants(grants), args, limits));
     if let Err(e) = registry.record_call(&record.name, outcome.is_ok(), None) {
         tracing::warn!("cannot record the call in the registry: {e}");
     }

@@ -53,6 +53,12 @@ impl Env {
         } else if let Some(dir) = &self.cache_dir {
             config.cache_dir = Some(dir.clone());
         }
+        // An operator's internal CA for granted tools' HTTPS, replacing the built-in roots.
+        if let Some(path) = std::env::var_os("TOOLSMITH_HTTP_CA").filter(|p| !p.is_empty()) {
+            let pem = std::fs::read(&path)
+                .with_context(|| format!("cannot read $TOOLSMITH_HTTP_CA ({})", PathBuf::from(&path).display()))?;
+            config.http_ca_pem = Some(pem);
+        }
         Sandbox::new(config).context("cannot start the sandbox")
     }
 
@@ -75,7 +81,7 @@ impl Env {
             let bar = tools::spinner("registering the bundled tools");
             let toolbox = Toolbox::new(self.sandbox()?);
             let mut tools = Vec::new();
-            for bundled in toolsmith_bundled::BUNDLED {
+            for bundled in toolsmith_bundled::BUNDLED.iter().chain(toolsmith_bundled::NEEDS_GRANTS) {
                 let tool = load_bundled(&toolbox, bundled)?;
                 tools.push(NewTool::new(tool.manifest.clone()).with_blob(bundled.component.to_vec()));
             }

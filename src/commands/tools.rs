@@ -14,6 +14,8 @@ use super::{Env, print_json};
 
 // The `add` half of this command (and the definition half of `import`).
 mod add;
+// Capability grants.
+mod grant;
 
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
@@ -55,6 +57,12 @@ pub enum ToolsCommand {
     Search(SearchArgs),
     /// Draw the graph, or the part of it around one tool.
     Graph(GraphArgs),
+    /// Grant a tool capabilities: outgoing HTTP to hosts, read-only directories, secrets,
+    /// environment variables. Tools are pure until granted; every grant is logged with who and
+    /// when, and binds to the tool's current code (new code needs a new grant).
+    Grant(grant::GrantArgs),
+    /// Revoke capabilities from a tool (as `tools show` lists them), or all of them.
+    Revoke(grant::RevokeArgs),
     /// Merge B into A: B's edges move to A, B becomes an alias of A.
     Merge { a: String, b: String },
     /// Remove a tool with its edges and aliases.
@@ -202,6 +210,8 @@ pub fn run(env: &Env, cmd: ToolsCommand) -> Result<ExitCode> {
         ToolsCommand::Show { name, json } => show(&r, &name, json)?,
         ToolsCommand::Search(args) => search(&mut r, args)?,
         ToolsCommand::Graph(args) => graph(&r, args)?,
+        ToolsCommand::Grant(args) => grant::grant(&mut r, args)?,
+        ToolsCommand::Revoke(args) => grant::revoke(&mut r, args)?,
         ToolsCommand::Merge { a, b } => merge(&mut r, &a, &b)?,
         ToolsCommand::Remove { name } => remove(&mut r, &name)?,
         ToolsCommand::Export { out, format } => export_to(&r, format, out.as_deref())?,
@@ -274,6 +284,16 @@ fn show(r: &Registry, name: &str, json: bool) -> Result<()> {
     if !d.aliases.is_empty() {
         println!("  aliases: {}", d.aliases.join(", "));
     }
+    if d.grants.entries.is_empty() {
+        println!("  grants: none (pure: no network, files, secrets or environment)");
+    }
+    for g in &d.grants.entries {
+        let stale = if g.current { "" } else { "  [stale: the code changed since; grant again]" };
+        println!("  grant {}: {} (by {}, {}){stale}", g.capability, g.description, g.granted_by, when(g.granted_at));
+    }
+    for e in &d.grant_log {
+        println!("  log: {} {} {} by {}", when(e.at), e.action, e.capability, e.actor);
+    }
     for (label, list) in [("feeds", &d.dependents), ("fed by", &d.dependencies)] {
         for n in list {
             println!("  {label} {} (count {}, weight {:.2})", n.name, n.count, n.weight);
@@ -281,6 +301,12 @@ fn show(r: &Registry, name: &str, json: bool) -> Result<()> {
     }
     println!("  manifest:\n{}", indent(&t.manifest.to_json_pretty(), 4));
     Ok(())
+}
+
+/// Unix milliseconds as an HTTP date (`Thu, 03 Dec 2026 23:10:00 GMT`).
+fn when(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    httpdate::fmt_http_date(at)
 }
 
 fn merge(r: &mut Registry, a: &str, b: &str) -> Result<()> {

@@ -181,6 +181,7 @@ pub fn create_tool_manifest() -> Manifest {
         examples: Vec::new(),
         kind: ToolKind::Native,
         provenance: Provenance::default(),
+        capabilities: Default::default(),
     }
 }
 

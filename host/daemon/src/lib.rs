@@ -190,6 +190,7 @@ struct Shared {
 struct Loaded {
     version: String,
     blob: Option<String>,
+    grants: toolsmith_contract::Grants,
     tool: Arc<Tool>,
 }
 
@@ -336,7 +337,8 @@ impl Daemon {
                     tracing::warn!(tool = %record.name, "a registry tool is shadowed by the meta tool of that name");
                     continue;
                 }
-                tools.extend(mcp_tool(&record.manifest));
+                let grants = registry.grants(&record.name)?;
+                tools.extend(mcp_tool_granted(&record.manifest, &grants));
             }
             tools.sort_by(|a, b| a.name.cmp(&b.name));
             let tools = Arc::new(tools);
@@ -596,16 +598,21 @@ impl Daemon {
 impl Shared {
     /// The runnable tool for `name` (or an alias of it), loaded once per version.
     fn load(&self, name: &str) -> Result<Arc<Tool>, StructuredError> {
-        let (record, blob) = {
+        let (record, blob, grants) = {
             let registry = lock(&self.registry);
             let record = match registry.get(name) {
                 Ok(r) => r,
                 Err(RegistryError::NotFound(_)) => return Err(not_found(&registry, name)),
                 Err(e) => return Err(StructuredError::new(ErrorKind::NotFound, name, e.to_string())),
             };
+            // Read on every call, so a grant or revoke by the CLI applies to the next call.
+            let grants = registry
+                .grants(&record.name)
+                .map_err(|e| StructuredError::new(ErrorKind::PermissionDenied, name, e.to_string()))?
+                .active;
             let fresh = lock(&self.loaded)
                 .get(&record.name)
-                .filter(|l| l.version == record.version && l.blob == record.blob_hash)
+                .filter(|l| l.version == record.version && l.blob == record.blob_hash && l.grants == grants)
                 .map(|l| l.tool.clone());
             if let Some(tool) = fresh {
                 return Ok(tool);
@@ -616,13 +623,13 @@ impl Shared {
                     .map_err(|e| StructuredError::new(ErrorKind::InvalidComponent, name, e.to_string()))?,
                 None => None,
             };
-            (record, blob)
+            (record, blob, grants)
         };
         // Compiling (or mapping the cached compilation) happens outside the registry lock.
-        let tool = self.toolbox.load_stored(&record.manifest, blob.as_deref())?;
+        let tool = self.toolbox.load_stored(&record.manifest, blob.as_deref())?.with_grants(grants.clone());
         lock(&self.loaded).insert(
             record.name.clone(),
-            Loaded { version: record.version.clone(), blob: record.blob_hash.clone(), tool: tool.clone() },
+            Loaded { version: record.version.clone(), blob: record.blob_hash.clone(), grants, tool: tool.clone() },
         );
         Ok(tool)
     }
@@ -663,7 +670,16 @@ pub fn mcp_output_schema(manifest: &Manifest) -> Value {
 /// A manifest as an MCP tool (see [`Manifest::to_mcp_tool`]), with [`mcp_output_schema`].
 /// `None` (and a warning) when it does not convert.
 pub fn mcp_tool(manifest: &Manifest) -> Option<McpTool> {
+    mcp_tool_granted(manifest, &toolsmith_registry::ToolGrants::default())
+}
+
+/// [`mcp_tool`] with what an operator granted the tool under `_meta["toolsmith/grants"]`
+/// (capabilities and who granted them; secrets by reference only).
+pub fn mcp_tool_granted(manifest: &Manifest, grants: &toolsmith_registry::ToolGrants) -> Option<McpTool> {
     let mut value = manifest.to_mcp_tool();
+    if !grants.entries.is_empty() {
+        value["_meta"]["toolsmith/grants"] = json!(grants.entries);
+    }
     if wraps_output(manifest) {
         value["outputSchema"] = mcp_output_schema(manifest);
     }

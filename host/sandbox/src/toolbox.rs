@@ -5,23 +5,25 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
-use toolsmith_contract::{ErrorKind, Manifest, StructuredError, ToolKind};
+use toolsmith_contract::{ErrorKind, Grants, Manifest, StructuredError, ToolKind};
 
 use crate::python::PythonRuntime;
 use crate::python::create::{CreateRequest, Created, PythonTool, create_and_execute};
 use crate::sandbox::{CallReport, Limits, LoadError, LoadedComponent, Sandbox, ToolCaller};
 use crate::validate::ToolSchemas;
 
-/// A loaded tool: its manifest, compiled validators and implementation.
-#[derive(Debug)]
+/// A loaded tool: its manifest, compiled validators, implementation and what an operator granted
+/// it (nothing, unless [`Tool::with_grants`] says otherwise).
+#[derive(Debug, Clone)]
 pub struct Tool {
     /// The manifest the tool declared.
     pub manifest: Manifest,
-    schemas: ToolSchemas,
+    schemas: Arc<ToolSchemas>,
     implementation: Implementation,
+    grants: Option<Arc<Grants>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Implementation {
     Component(LoadedComponent),
     Python(PythonTool),
@@ -39,6 +41,17 @@ impl Tool {
             Implementation::Component(c) => Some(c),
             Implementation::Python(_) => None,
         }
+    }
+
+    /// The same tool with `grants` (an operator's, from the registry); empty grants make it pure.
+    pub fn with_grants(&self, grants: Grants) -> Arc<Tool> {
+        let grants = if grants.is_empty() { None } else { Some(Arc::new(grants)) };
+        Arc::new(Tool { grants, ..self.clone() })
+    }
+
+    /// What an operator granted this tool, if anything.
+    pub fn grants(&self) -> Option<&Grants> {
+        self.grants.as_deref()
     }
 
     /// The code behind an agent-written Python tool.
@@ -98,7 +111,12 @@ impl Toolbox {
             .map_err(|e| LoadError::Manifest(format!("tool `{}`: {e}", manifest.name)))?;
         let schemas = ToolSchemas::compile(&manifest.input_schema, &manifest.output_schema)
             .map_err(|e| LoadError::Manifest(e.to_string()))?;
-        Ok(Arc::new(Tool { manifest, schemas, implementation: Implementation::Component(component) }))
+        Ok(Arc::new(Tool {
+            manifest,
+            schemas: Arc::new(schemas),
+            implementation: Implementation::Component(component),
+            grants: None,
+        }))
     }
 
     /// Loads a component and registers it under its manifest's name (replacing any tool of that
@@ -158,7 +176,12 @@ impl Toolbox {
     pub fn python_tool(&self, tool: PythonTool) -> Result<Arc<Tool>, LoadError> {
         let schemas = ToolSchemas::compile(&tool.manifest.input_schema, &tool.manifest.output_schema)
             .map_err(|e| LoadError::Manifest(e.to_string()))?;
-        Ok(Arc::new(Tool { manifest: tool.manifest.clone(), schemas, implementation: Implementation::Python(tool) }))
+        Ok(Arc::new(Tool {
+            manifest: tool.manifest.clone(),
+            schemas: Arc::new(schemas),
+            implementation: Implementation::Python(tool),
+            grants: None,
+        }))
     }
 
     /// SEARL's `create_and_execute_mcp`: creates a candidate Python tool and runs it once. The
@@ -234,14 +257,15 @@ impl Inner {
         let (text, report) = match &tool.implementation {
             Implementation::Component(component) => {
                 let caller: Arc<dyn ToolCaller> = Arc::new(Caller(self.clone()));
-                self.sandbox.call(component, name, &args.to_string(), limits, Some((caller, depth)))?
+                let (args, grants) = (args.to_string(), tool.grants.as_ref());
+                self.sandbox.call_granted(component, name, &args, limits, Some((caller, depth)), grants)?
             }
             Implementation::Python(python) => {
                 let runtime = toolsmith_contract::sync::read(&self.python).clone();
                 let runtime = runtime.ok_or_else(|| no_python(name))?;
                 let (positional, kwargs) = python.split_args(args);
                 let run = runtime
-                    .exec(name, &python.code, name, positional, kwargs, limits, None)
+                    .exec_granted(name, &python.code, name, positional, kwargs, limits, None, tool.grants.as_ref())
                     .map_err(|failure| *failure.error)?;
                 let mut report = run.report;
                 report.push_output(&run.stdout, &run.stderr);

@@ -18,6 +18,10 @@ pub struct ToolDetails {
     pub dependents: Vec<Neighbour>,
     /// Tools that feed this one (edges in).
     pub dependencies: Vec<Neighbour>,
+    /// What an operator granted it (references only: no secret values).
+    pub grants: super::ToolGrants,
+    /// The latest changes to its grants, newest first.
+    pub grant_log: Vec<super::GrantEvent>,
 }
 
 /// Orders for [`Registry::list`].
@@ -63,6 +67,8 @@ impl Registry {
         let tool = self.get(name)?;
         let aliases = aliases_of(&self.conn, tool.id)?;
         let (dependencies, dependents) = neighbours(&self.conn, tool.id)?;
-        Ok(ToolDetails { tool, aliases, dependents, dependencies })
+        let grants = self.grants(&tool.name)?;
+        let grant_log = self.grant_log(Some(&tool.name), 10)?;
+        Ok(ToolDetails { tool, aliases, dependents, dependencies, grants, grant_log })
     }
 }

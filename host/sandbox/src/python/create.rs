@@ -192,6 +192,7 @@ pub fn create_and_execute(
             examples: Vec::new(),
             kind: ToolKind::Python,
             provenance,
+            capabilities: Default::default(),
         },
         code: request.code.clone(),
         positional,

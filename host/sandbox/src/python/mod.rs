@@ -202,12 +202,29 @@ impl PythonRuntime {
         limits: Limits,
         seed: Option<u64>,
     ) -> Result<PythonRun, PythonFailure> {
+        self.exec_granted(tool, code, entry, args, kwargs, limits, seed, None)
+    }
+
+    /// [`PythonRuntime::exec`] for a tool an operator granted capabilities: its directories are
+    /// mounted read-only at `/dirs/<name>` and its environment variables set.
+    #[allow(clippy::too_many_arguments)] // exec's parameters and the grants
+    pub fn exec_granted(
+        &self,
+        tool: &str,
+        code: &str,
+        entry: &str,
+        args: Vec<Value>,
+        kwargs: Map<String, Value>,
+        limits: Limits,
+        seed: Option<u64>,
+        grants: Option<&Arc<toolsmith_contract::Grants>>,
+    ) -> Result<PythonRun, PythonFailure> {
         let seed = seed.unwrap_or_else(fresh_seed);
         let request = json!({
             "op": "exec", "code": code, "entry": entry, "args": args, "kwargs": kwargs,
             "seed": seed, "capture": CAPTURE_CHARS,
         });
-        let (text, report) = self.sandbox.run_python(&self.component, tool, &request.to_string(), limits)?;
+        let (text, report) = self.sandbox.run_python(&self.component, tool, &request.to_string(), limits, grants)?;
         let response: ExecResponse = serde_json::from_str(&text).map_err(|e| malformed(tool, &e))?;
         let (stdout, stderr) = (response.stdout, response.stderr);
         match response.error {
@@ -242,7 +259,7 @@ impl PythonRuntime {
             memory_bytes: DEFAULT_MEMORY_BYTES,
             ..Limits::default()
         };
-        let (text, _) = self.sandbox.run_python(&self.component, tool, &request.to_string(), limits)?;
+        let (text, _) = self.sandbox.run_python(&self.component, tool, &request.to_string(), limits, None)?;
         let value: Value = serde_json::from_str(&text).map_err(|e| malformed(tool, &e))?;
         if let Some(error) = value.get("error").filter(|e| !e.is_null()) {
             let error: GuestError = serde_json::from_value(error.clone()).map_err(|e| malformed(tool, &e))?;

@@ -30,6 +30,11 @@ pub struct SandboxConfig {
     /// Resolution of the wall-clock deadline: a background thread advances the engine's epoch this
     /// often while calls are running. By default this is 1 ms.
     pub epoch_tick: Duration,
+    /// PEM certificates that replace the built-in Mozilla roots for granted tools' HTTPS (an
+    /// operator's internal CA). By default this is `None`; the CLI reads `$TOOLSMITH_HTTP_CA`.
+    pub http_ca_pem: Option<Vec<u8>>,
+    /// Per-call limits of granted tools' outgoing HTTP.
+    pub http_limits: super::reach::HttpLimits,
 }
 
 impl Default for SandboxConfig {
@@ -41,6 +46,8 @@ impl Default for SandboxConfig {
             keep_resident_bytes: 2 << 20,
             cache_dir: default_cache_dir(),
             epoch_tick: Duration::from_millis(1),
+            http_ca_pem: None,
+            http_limits: super::reach::HttpLimits::default(),
         }
     }
 }

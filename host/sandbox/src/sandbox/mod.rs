@@ -20,8 +20,12 @@
 //!   insecure-seed}`: hash-map seeding and `time`/`random` in interpreters; reading a clock or
 //!   drawing random bytes reaches nothing outside the sandbox.
 //!
-//! Not linked: `wasi:filesystem/*` (no preopened directories would be reachable anyway),
-//! `wasi:sockets/*`, `wasi:http/*`. A component that imports them fails to load with
+//! - `toolsmith:tool/capabilities`: outgoing HTTP and secrets, refused as `permission_denied`
+//!   unless an operator granted them to the tool (see `reach`).
+//! - `wasi:filesystem/{types, preopens}`: empty unless the tool was granted directories, each
+//!   then mounted read-only at `/dirs/<name>`.
+//!
+//! Not linked: `wasi:sockets/*`, `wasi:http/*`. A component that imports them fails to load with
 //! [`LoadError::DisallowedImport`]. The alternative considered, linking everything with an empty
 //! context, would also be inert, but refusing at load time tells a tool author at once.
 //!
@@ -36,6 +40,7 @@
 
 mod cache;
 mod config;
+mod reach;
 mod state;
 
 pub(crate) mod bindings {
@@ -57,12 +62,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use toolsmith_contract::capabilities::Grants;
 use toolsmith_contract::{ErrorKind, StructuredError};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline};
-use wasmtime_wasi::{WasiCtxBuilder, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder, WasiView};
 
 pub use cache::CacheOutcome;
+pub use reach::{HttpLimits, PERMISSION_DENIED, is_public};
 pub use config::{Limits, SandboxConfig, default_cache_dir};
 use state::{CallState, CappedPipe, ClampedClockData, Limiter, Nested};
 pub use state::{LogLine, ToolCaller};
@@ -71,6 +78,7 @@ pub use state::{LogLine, ToolCaller};
 pub const ALLOWED_INTERFACES: &[&str] = &[
     "toolsmith:tool/host",
     "toolsmith:tool/types",
+    "toolsmith:tool/capabilities",
     "wasi:cli/environment",
     "wasi:cli/exit",
     "wasi:cli/stdin",
@@ -89,6 +97,8 @@ pub const ALLOWED_INTERFACES: &[&str] = &[
     "wasi:random/random",
     "wasi:random/insecure",
     "wasi:random/insecure-seed",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
 ];
 
 /// Bytes of a tool's standard output and of its standard error kept per call (the rest is dropped).
@@ -104,6 +114,9 @@ pub enum SandboxError {
     /// Linking the host interfaces failed (a bug).
     #[error("cannot link host interfaces: {0}")]
     Link(String),
+    /// The CA certificates given for outgoing HTTPS do not parse.
+    #[error("cannot read the HTTPS CA certificates: {0}")]
+    HttpRoots(String),
 }
 
 /// Why a component could not be loaded.
@@ -228,6 +241,7 @@ struct Inner {
     cache: cache::ArtifactCache,
     config: SandboxConfig,
     ticker: Ticker,
+    agents: Arc<reach::Agents>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -272,8 +286,9 @@ impl Sandbox {
         let linker = build_linker(&engine).map_err(|e| SandboxError::Link(e.to_string()))?;
         let python_linker = build_python_linker(&engine).map_err(|e| SandboxError::Link(e.to_string()))?;
         let cache = cache::ArtifactCache::new(&engine, config.cache_dir.clone());
+        let agents = Arc::new(reach::Agents::new(config.http_ca_pem.as_deref()).map_err(SandboxError::HttpRoots)?);
         let ticker = Ticker::start(engine.clone(), config.epoch_tick);
-        Ok(Sandbox { inner: Arc::new(Inner { engine, linker, python_linker, cache, config, ticker }) })
+        Ok(Sandbox { inner: Arc::new(Inner { engine, linker, python_linker, cache, config, ticker, agents }) })
     }
 
     /// The wasmtime engine (shared by every tool of this process).
@@ -314,7 +329,7 @@ impl Sandbox {
     /// Reads a loaded component's manifest JSON (fresh instance, default limits, no `call-tool`).
     pub fn manifest_json(&self, component: &LoadedComponent, tool: &str) -> Result<String, StructuredError> {
         let instantiate = |store: &mut Store<CallState>| component.pre.instantiate(store);
-        self.run(instantiate, tool, Limits::default(), None, |bindings, store| bindings.call_manifest(store).map(Ok))
+        self.run(instantiate, tool, Limits::default(), None, None, |bindings, store| bindings.call_manifest(store).map(Ok))
             .map(|(json, _)| json)
     }
 
@@ -328,10 +343,25 @@ impl Sandbox {
         limits: Limits,
         caller: Option<(Arc<dyn ToolCaller>, u32)>,
     ) -> Result<(String, CallReport), StructuredError> {
+        self.call_granted(component, tool, args, limits, caller, None)
+    }
+
+    /// [`Sandbox::call`] for a tool an operator granted capabilities: its directories are mounted
+    /// read-only, its environment variables passed, its hosts and secrets reachable through
+    /// `toolsmith:tool/capabilities`. `None` (or empty grants) is a pure call.
+    pub fn call_granted(
+        &self,
+        component: &LoadedComponent,
+        tool: &str,
+        args: &str,
+        limits: Limits,
+        caller: Option<(Arc<dyn ToolCaller>, u32)>,
+        grants: Option<&Arc<Grants>>,
+    ) -> Result<(String, CallReport), StructuredError> {
         let deadline = Instant::now() + limits.timeout;
         let nested = caller.map(|(caller, depth)| Nested { caller, depth, deadline, limits });
         let instantiate = |store: &mut Store<CallState>| component.pre.instantiate(store);
-        self.run(instantiate, tool, limits, nested, |bindings, store| bindings.call_call(store, args))
+        self.run(instantiate, tool, limits, nested, grants, |bindings, store| bindings.call_call(store, args))
     }
 
     /// The naive path, kept as a benchmark baseline: compile the component from its bytes and
@@ -343,7 +373,8 @@ impl Sandbox {
             .map_err(|e| StructuredError::new(ErrorKind::InvalidComponent, tool, format!("{e:#}")))?;
         let linker = &self.inner.linker;
         let instantiate = |store: &mut Store<CallState>| bindings::Tool::instantiate(store, &component, linker);
-        self.run(instantiate, tool, limits, None, |bindings, store| bindings.call_call(store, args)).map(|(out, _)| out)
+        self.run(instantiate, tool, limits, None, None, |bindings, store| bindings.call_call(store, args))
+            .map(|(out, _)| out)
     }
 
     /// Compiles (or loads from cache) the Python guest component and links it.
@@ -366,9 +397,10 @@ impl Sandbox {
         tool: &str,
         request: &str,
         limits: Limits,
+        grants: Option<&Arc<Grants>>,
     ) -> Result<(String, CallReport), StructuredError> {
         let instantiate = |store: &mut Store<CallState>| component.pre.instantiate(store);
-        self.run(instantiate, tool, limits, None, |runner, store| runner.call_run(store, request).map(Ok))
+        self.run(instantiate, tool, limits, None, grants, |runner, store| runner.call_run(store, request).map(Ok))
     }
 
     fn run<B>(
@@ -377,20 +409,39 @@ impl Sandbox {
         tool: &str,
         limits: Limits,
         nested: Option<Nested>,
+        grants: Option<&Arc<Grants>>,
         f: impl FnOnce(&B, &mut Store<CallState>) -> wasmtime::Result<Result<String, bindings::ToolError>>,
     ) -> Result<(String, CallReport), StructuredError> {
         let started = Instant::now();
         let memory_bytes = limits.memory_bytes.min(self.inner.config.max_memory_bytes);
         let stdout = CappedPipe::new(STDIO_CAPACITY);
         let stderr = CappedPipe::new(STDIO_CAPACITY);
-        // An empty context: no arguments, environment, preopened directories or network.
-        let wasi = WasiCtxBuilder::new()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+        // An empty context: no arguments, environment, preopened directories or network, except
+        // what an operator granted this tool.
+        let mut builder = WasiCtxBuilder::new();
+        builder.stdout(stdout.clone()).stderr(stderr.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+        let grants = grants.filter(|g| !g.is_empty());
+        if let Some(grants) = grants {
+            for dir in &grants.dirs {
+                // cap-std under wasmtime-wasi resolves every path inside the directory: `..` and
+                // symlinks that lead out of it fail like a missing file.
+                builder.preopened_dir(&dir.path, format!("/dirs/{}", dir.name), FsPerms::ReadOnly).map_err(|e| {
+                    StructuredError::new(
+                        ErrorKind::PermissionDenied,
+                        tool,
+                        format!("the granted directory `{}` ({}) cannot be opened: {e:#}", dir.name, dir.path.display()),
+                    )
+                    .with_hint("the operator should grant an existing directory again")
+                })?;
+            }
+            for var in &grants.env {
+                if let Some(value) = std::env::var_os(var).and_then(|v| v.into_string().ok()) {
+                    builder.env(var, value);
+                }
+            }
+        }
+        let wasi = builder.build();
+        let reach = grants.map(|g| reach::Reach::new(tool, g.clone(), self.inner.config.http_limits));
         let state = CallState {
             wasi,
             table: ResourceTable::new(),
@@ -403,6 +454,9 @@ impl Sandbox {
             logs_dropped: 0,
             nested,
             deadline: started + limits.timeout,
+            reach,
+            agents: self.inner.agents.clone(),
+            denied: None,
         };
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -423,9 +477,31 @@ impl Sandbox {
 
         let result = instantiate(&mut store).and_then(|bindings| f(&bindings, &mut store));
         let elapsed = started.elapsed();
-        let state = store.into_data();
-        let stderr_text = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
-        let stdout_text = String::from_utf8_lossy(&state.stdout.contents()).into_owned();
+        let mut state = store.into_data();
+        let mut stderr_text = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
+        let mut stdout_text = String::from_utf8_lossy(&state.stdout.contents()).into_owned();
+        let reach = state.reach.take();
+        let scrub = |text: &mut String| {
+            if let Some(reach) = &reach {
+                reach.scrub(text);
+            }
+        };
+        scrub(&mut stderr_text);
+        scrub(&mut stdout_text);
+        for line in &mut state.logs {
+            scrub(&mut line.message);
+        }
+        let result = match result {
+            Ok(Ok(mut output)) => {
+                scrub(&mut output);
+                Ok(Ok(output))
+            }
+            Ok(Err(mut tool_error)) => {
+                scrub(&mut tool_error.message);
+                Ok(Err(tool_error))
+            }
+            Err(e) => Err(e),
+        };
         let fail = |kind, message: String| StructuredError::new(kind, tool, message);
         match result {
             Ok(Ok(output)) => {
@@ -446,11 +522,24 @@ impl Sandbox {
                 Ok((output, report))
             }
             Ok(Err(tool_error)) => {
-                let mut e = fail(ErrorKind::ToolError, tool_error.message);
+                // A tool that gives up on a refused capability failed for want of a grant.
+                let denied = state.denied.take().filter(|_| tool_error.code == PERMISSION_DENIED);
+                let mut e = fail(
+                    if denied.is_some() { ErrorKind::PermissionDenied } else { ErrorKind::ToolError },
+                    tool_error.message,
+                );
                 e.code = Some(tool_error.code);
+                if let Some(capability) = denied {
+                    e.expected = Some(capability);
+                    e.hint = Some("the tool may not reach this; an operator grants it with `toolsmith tools grant`".into());
+                }
                 Err(e)
             }
-            Err(error) => Err(classify(tool, &error, state.limiter.hit, &stderr_text, limits, memory_bytes)),
+            Err(error) => {
+                let mut e = classify(tool, &error, state.limiter.hit, &stderr_text, limits, memory_bytes);
+                scrub(&mut e.message);
+                Err(e)
+            }
         }
     }
 }
@@ -602,6 +691,7 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
     use wasmtime_wasi::cli::{WasiCli, WasiCliView};
     use wasmtime_wasi::clocks::WasiClocks;
     use wasmtime_wasi::clocks::WasiClocksView;
+    use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView};
     use wasmtime_wasi::p2::bindings::sync::io as sync_io;
     use wasmtime_wasi::p2::bindings::{cli, clocks, random};
     use wasmtime_wasi::random::WasiRandom;
@@ -627,6 +717,9 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
     random::random::add_to_linker::<_, WasiRandom>(l, |s| s.wasi.random())?;
     random::insecure::add_to_linker::<_, WasiRandom>(l, |s| s.wasi.random())?;
     random::insecure_seed::add_to_linker::<_, WasiRandom>(l, |s| s.wasi.random())?;
+    // Inert unless an operator granted the tool a directory: then it is the only one there.
+    wasmtime_wasi::p2::bindings::sync::filesystem::types::add_to_linker::<_, WasiFilesystem>(l, CallState::filesystem)?;
+    wasmtime_wasi::p2::bindings::filesystem::preopens::add_to_linker::<_, WasiFilesystem>(l, CallState::filesystem)?;
     Ok(linker)
 }
 

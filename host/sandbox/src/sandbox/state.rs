@@ -10,7 +10,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::Limits;
-use super::bindings::toolsmith::tool::{host, types};
+use super::bindings::toolsmith::tool::{capabilities, host, types};
+use super::reach::{Agents, PERMISSION_DENIED, Reach};
 
 /// Runs a tool by name for `call-tool`: implemented by whatever owns the tool table.
 pub trait ToolCaller: Send + Sync {
@@ -78,6 +79,11 @@ pub(crate) struct CallState {
     pub(crate) nested: Option<Nested>,
     /// When this call's time is up.
     pub(crate) deadline: Instant,
+    /// What the tool was granted, and what it used; `None` for a tool granted nothing.
+    pub(crate) reach: Option<Reach>,
+    pub(crate) agents: Arc<Agents>,
+    /// The capability last refused, so a call that then fails is `permission_denied`.
+    pub(crate) denied: Option<String>,
 }
 
 impl CallState {
@@ -130,6 +136,48 @@ impl host::Host for CallState {
             code: e.kind.as_str().to_owned(),
             message: serde_json::to_string(&e).unwrap_or_else(|_| e.message.clone()),
         })
+    }
+}
+
+impl capabilities::Host for CallState {
+    fn http(&mut self, request: capabilities::HttpRequest) -> Result<capabilities::HttpResponse, types::ToolError> {
+        let deadline = self.deadline;
+        let Some(reach) = &mut self.reach else {
+            return Err(self.refuse_all("http", &request.url));
+        };
+        let out = reach.http(&self.agents, deadline, request);
+        self.denied = self.denied.take().or(reach.denied.take());
+        out
+    }
+
+    fn secret(&mut self, name: String) -> Result<String, types::ToolError> {
+        let Some(reach) = &mut self.reach else {
+            return Err(self.refuse_all("secret", &name));
+        };
+        let out = reach.secret(&name);
+        self.denied = self.denied.take().or(reach.denied.take());
+        out
+    }
+}
+
+impl CallState {
+    /// The refusal for a tool granted nothing at all.
+    fn refuse_all(&mut self, what: &str, target: &str) -> types::ToolError {
+        let capability = match what {
+            "secret" => format!("secret:{target}"),
+            _ => url::Url::parse(target)
+                .ok()
+                .map(|u| {
+                    let host = u.host_str().unwrap_or("?").to_owned();
+                    format!("http:{}://{host}:{}", u.scheme(), u.port_or_known_default().unwrap_or(0))
+                })
+                .unwrap_or_else(|| "http".to_owned()),
+        };
+        let message = format!(
+            "{capability} is not granted: this tool is granted nothing (an operator grants with `toolsmith tools grant`)"
+        );
+        self.denied = Some(capability);
+        types::ToolError { code: PERMISSION_DENIED.into(), message }
     }
 }
 
