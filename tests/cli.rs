@@ -59,10 +59,10 @@ fn call_runs_a_component_file_under_the_given_limits() {
     // A plugin loaded from a file can compose the bundled tools.
     let out = toolsmith(&["call", hostile, "--args", r#"{"mode": "compose"}"#]);
     assert_eq!(stdout_json(&out)["value"], 42.0);
-    let out = toolsmith(&["call", toolsmith_test_programs::FS_IMPORT]);
+    // A component that reads files loads, but sees no file an operator did not grant.
+    let out = toolsmith(&["call", toolsmith_test_programs::FS_IMPORT, "--args", r#"{"path": "/etc/passwd"}"#]);
     let e = &stdout_json(&out)["error"];
-    assert_eq!(e["kind"], "invalid_component");
-    assert!(e["message"].as_str().is_some_and(|m| m.contains("wasi:filesystem")), "{e}");
+    assert_eq!(e["code"], "io_error", "{e}");
 }
 
 #[test]

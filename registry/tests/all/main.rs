@@ -1,6 +1,7 @@
 //! Registry tests against the real SQLite, tantivy and MiniLM model (run `./scripts/setup.sh`).
 
 mod authors;
+mod grants;
 mod graph;
 mod processes;
 mod retrieval;

@@ -2,7 +2,8 @@
 //! - [`HOSTILE`]: misbehaves as its `mode` argument says (loops, hoards memory, panics, returns
 //!   invalid or oversized output, recurses through `call-tool`, floods its logs).
 //! - [`BAD_MANIFEST`]: declares a manifest that does not validate.
-//! - [`FS_IMPORT`]: imports `wasi:filesystem`, which the sandbox does not provide.
+//! - [`FS_IMPORT`]: reads (or writes) the file its `path` argument names through `wasi:filesystem`,
+//!   which holds only the directories an operator granted.
 #![warn(missing_docs)]
 
 include!(concat!(env!("OUT_DIR"), "/programs.rs"));

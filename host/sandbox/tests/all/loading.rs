@@ -30,13 +30,33 @@ fn truncated_components_fail_to_compile() {
 }
 
 #[test]
-fn components_importing_the_filesystem_are_refused_at_load() {
-    let e = toolbox().load_component(&programs::read(programs::FS_IMPORT)).expect_err("fs import");
-    match &e {
-        LoadError::DisallowedImport { import } => assert!(import.starts_with("wasi:filesystem/"), "{import}"),
-        other => panic!("expected DisallowedImport, got {other}"),
+fn a_component_reading_files_sees_only_a_granted_directory_read_only() {
+    use toolsmith_contract::capabilities::{DirGrant, Grants};
+    let tool = toolbox().load_component(&programs::read(programs::FS_IMPORT)).expect("loads");
+    assert!(tool.component().is_some_and(|c| c.imports.iter().any(|i| i.starts_with("wasi:filesystem/"))));
+    let call = |tool: &toolsmith_sandbox::Tool, args: serde_json::Value| {
+        toolbox().call_tool(tool, &args, toolsmith_sandbox::Limits::default())
+    };
+    let e = call(&tool, serde_json::json!({"path": "/etc/passwd"})).expect_err("nothing granted");
+    assert_eq!(e.code.as_deref(), Some("io_error"), "{e:?}");
+
+    let root = tempfile::tempdir().expect("tempdir");
+    let docs = root.path().join("docs");
+    std::fs::create_dir(&docs).expect("mkdir");
+    std::fs::write(docs.join("a.txt"), "inside").expect("write");
+    std::fs::write(root.path().join("secret.txt"), "outside").expect("write");
+    std::os::unix::fs::symlink(root.path().join("secret.txt"), docs.join("link.txt")).expect("symlink");
+    let path = std::fs::canonicalize(&docs).expect("canonical");
+    let granted = tool.with_grants(Grants { dirs: vec![DirGrant { name: "docs".into(), path }], ..Grants::default() });
+    let out = call(&granted, serde_json::json!({"path": "/dirs/docs/a.txt"})).expect("granted");
+    assert_eq!(out.value["text"], "inside");
+    for escape in ["/dirs/docs/../secret.txt", "/dirs/docs/link.txt", "/dirs/docs/../../etc/passwd", "/etc/passwd"] {
+        let e = call(&granted, serde_json::json!({"path": escape})).expect_err(escape);
+        assert_eq!(e.code.as_deref(), Some("io_error"), "{escape}: {e:?}");
     }
-    assert!(e.to_string().contains("does not provide"));
+    let e = call(&granted, serde_json::json!({"path": "/dirs/docs/new.txt", "write": true})).expect_err("read-only");
+    assert_eq!(e.code.as_deref(), Some("io_error"), "{e:?}");
+    assert!(!docs.join("new.txt").exists());
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod bundled;
 mod hostile;
 mod loading;
 mod python;
+mod reach;
 
 use std::sync::OnceLock;
 use std::time::Duration;

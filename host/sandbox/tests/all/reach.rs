@@ -283,9 +283,35 @@ fn a_granted_directory_is_read_only_and_cannot_be_escaped() {
 
 #[test]
 fn hostile_python_finds_no_way_out_with_or_without_grants() {
-    let code = "def out():\n    tried = {}\n    for mod in ['socket', '_socket', 'http.client', 'urllib.request', 'ctypes', 'subprocess', 'os.system']:\n        try:\n            if mod == 'os.system':\n                import os\n                os.system('true')\n            else:\n                __import__(mod)\n            tried[mod] = 'available'\n        except Exception as e:\n            tried[mod] = 'refused: ' + type(e).__name__\n    return tried\n";
+    // Each way out must raise; `_socket` is compiled into the interpreter, so it is used, not just
+    // imported: a connection to the loopback server that the granted tool can reach.
+    let port = http_port();
+    let ways = [
+        ("socket", "import socket".to_owned()),
+        (
+            "_socket.connect",
+            format!("import _socket\ns = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)\ns.connect(('127.0.0.1', {port}))"),
+        ),
+        ("_socket.getaddrinfo", "import _socket\n_socket.getaddrinfo('localhost', 80)".to_owned()),
+        ("http.client", "import http.client".to_owned()),
+        ("urllib.request", "import urllib.request".to_owned()),
+        ("ctypes", "import ctypes".to_owned()),
+        ("subprocess", "import subprocess".to_owned()),
+        ("os.system", "import os\nos.system('true')".to_owned()),
+        ("open /etc/passwd", "open('/etc/passwd').read()".to_owned()),
+    ];
+    let mut code = String::from("def out():\n    tried = {}\n");
+    for (name, attempt) in &ways {
+        code.push_str("    try:\n");
+        for line in attempt.lines() {
+            code.push_str(&format!("        {line}\n"));
+        }
+        code.push_str(&format!("        tried[{name:?}] = 'got out'\n    except BaseException as e:\n        tried[{name:?}] = 'refused: ' + type(e).__name__\n"));
+    }
+    code.push_str("    return tried\n");
     for grants in [Grants::default(), loopback(true)] {
-        let out = python(code, "out", grants).expect("runs");
+        let out = python(&code, "out", grants).expect("runs");
+        assert_eq!(out.as_object().map(|o| o.len()), Some(ways.len()), "{out}");
         for (way, outcome) in out.as_object().expect("object") {
             assert!(outcome.as_str().is_some_and(|s| s.starts_with("refused")), "{way}: {outcome}");
         }
