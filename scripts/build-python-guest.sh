@@ -34,7 +34,7 @@ if ! "$VENV/bin/componentize-py" --version 2>/dev/null | grep -q "$VERSION"; the
     "$VENV/bin/python" -m pip install --quiet --no-deps "$DOWNLOADS/$WHEEL"
 fi
 
-hash=$(cat plugins/python/wit/runner.wit plugins/python/app.py <(echo "$VERSION") | sha256sum | cut -c1-16)
+hash=$(cat plugins/python/wit/runner.wit schemas/wit/tool.wit plugins/python/app.py <(echo "$VERSION") | sha256sum | cut -c1-16)
 target="$OUT/runner-$hash.wasm"
 # Shared by every checkout of this user: the same inputs give an equivalent component, and reusing
 # the very same bytes also lets the host's precompiled-artifact cache hit in a fresh clone.

@@ -7,7 +7,10 @@ state) survives into the next.
 Allowed modules. Only modules imported while the component is built exist at run time, so the
 imports below ARE the allowlist (plus what they import internally, such as os, sys and io). There is
 no socket, subprocess, ctypes, urllib, http, multiprocessing or signal; threads cannot start; the
-host gives no filesystem preopens, no network and an empty environment.
+host gives no filesystem preopens, no network and an empty environment, except what an operator
+granted the tool: directories read-only at /dirs/<name>, named environment variables, and through
+`import toolsmith` the host's HTTP (`toolsmith.http_get(url)`, `toolsmith.http_request(...)`) and
+secrets (`toolsmith.secret(name)`), each refused with PermissionError unless granted.
 
 Requests (JSON):
   {"op": "exec", "code": str, "entry": str, "args": [...], "kwargs": {...}, "seed": int,
@@ -69,7 +72,10 @@ import linecache
 import sys
 import traceback
 
+import types
 import wit_world
+from wit_world.imports import capabilities as _capabilities
+from componentize_py_types import Err as _Err
 
 # Captured before any tool code runs: a tool may monkeypatch json.dumps or sys in its own call, and
 # the runner must still be able to answer.
@@ -77,6 +83,58 @@ _dumps, _loads = json.dumps, json.loads
 _sys_stdout, _sys_stderr = sys.stdout, sys.stderr
 
 TOOL_FILE = "<tool>"
+
+
+# --- `import toolsmith`: the host's capabilities ------------------------------------------------
+class HttpResponse:
+    """A response: `status`, `headers` (dict, names lower case), `body` (bytes), `text`, `json()`."""
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = {k.lower(): v for k, v in headers}
+        self.body = bytes(body)
+
+    @property
+    def text(self):
+        return self.body.decode("utf-8", "replace")
+
+    def json(self):
+        return _loads(self.body)
+
+
+def _host(fn, *args):
+    try:
+        return fn(*args)
+    except _Err as exc:
+        err = exc.value
+        kind = {"permission_denied": PermissionError, "timeout": TimeoutError}.get(err.code, OSError)
+        raise kind("%s: %s" % (err.code, err.message)) from None
+
+
+def _http_request(method, url, headers=None, body=b""):
+    """Makes one HTTP request through the host (only to hosts granted to this tool)."""
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    pairs = list((headers or {}).items())
+    request = _capabilities.HttpRequest(method=method, url=url, headers=pairs, body=bytes(body))
+    out = _host(_capabilities.http, request)
+    return HttpResponse(out.status, out.headers, out.body)
+
+
+def _http_get(url, headers=None):
+    """`GET url` through the host."""
+    return _http_request("GET", url, headers)
+
+
+def _secret(name):
+    """A secret granted to this tool; the host scrubs its value from what the call returns."""
+    return _host(_capabilities.secret, name)
+
+
+_toolsmith = types.ModuleType("toolsmith", "The Toolsmith host's capabilities, as granted to this tool.")
+_toolsmith.http_request, _toolsmith.http_get, _toolsmith.secret = _http_request, _http_get, _secret
+_toolsmith.HttpResponse = HttpResponse
+sys.modules["toolsmith"] = _toolsmith
 DEFAULT_CAPTURE = 65536
 MAX_DEPTH = 100
 INT64 = 2**63

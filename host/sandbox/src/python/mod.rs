@@ -243,6 +243,13 @@ impl PythonRuntime {
                     .with_hint("use less memory (smaller data, generators) or raise the memory cap");
                     e.exception = exception;
                     e
+                } else if let Some(capability) = report.denied.clone().filter(|_| error.kind == "PermissionError") {
+                    // Code that lets the host's refusal propagate failed for want of a grant.
+                    let mut e = error.into_structured(tool);
+                    e.kind = ErrorKind::PermissionDenied;
+                    e.expected = Some(capability);
+                    e.hint = Some("the tool may not reach this; an operator grants it with `toolsmith tools grant`".into());
+                    e
                 } else {
                     error.into_structured(tool)
                 };

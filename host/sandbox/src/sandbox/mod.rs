@@ -54,6 +54,11 @@ pub(crate) mod python_bindings {
     wasmtime::component::bindgen!({
         world: "runner",
         path: "../../plugins/python/wit",
+        // The same interface as plugins import: one host implementation serves both.
+        with: {
+            "toolsmith:tool/capabilities": super::bindings::toolsmith::tool::capabilities,
+            "toolsmith:tool/types": super::bindings::toolsmith::tool::types,
+        },
     });
 }
 
@@ -199,6 +204,8 @@ pub struct CallReport {
     /// The tool asked for more memory than its cap at some point (and was refused) but still
     /// finished: an interpreter may turn a refused allocation into an exception it reports.
     pub memory_limit_hit: bool,
+    /// The capability the host last refused the tool (e.g. `http:https://a.com:443`), if any.
+    pub denied: Option<String>,
 }
 
 impl CallReport {
@@ -517,6 +524,7 @@ impl Sandbox {
                     logs_dropped: state.logs_dropped,
                     elapsed,
                     memory_limit_hit: state.limiter.hit,
+                    denied: state.denied.take(),
                 };
                 report.push_output(&stdout_text, &stderr_text);
                 Ok((output, report))
@@ -733,6 +741,7 @@ fn build_python_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
         CallState::clamped_clock,
     )?;
     linker.allow_shadowing(false);
+    python_bindings::Runner::add_to_linker::<_, HasSelf<CallState>>(&mut linker, |s| s)?;
     Ok(linker)
 }
 

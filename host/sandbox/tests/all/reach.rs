@@ -329,3 +329,28 @@ fn environment_variables_pass_only_when_granted() {
     let some = python(code, "env", grants).expect("runs");
     assert_eq!(some, json!({"granted": "visible", "home": null, "n": 1}));
 }
+
+#[test]
+fn python_tools_reach_granted_hosts_and_secrets_through_import_toolsmith() {
+    let port = http_port();
+    let code = format!(
+        "import toolsmith\n\ndef fetch():\n    key = toolsmith.secret('api_token')\n    r = toolsmith.http_get('http://127.0.0.1:{port}/echo-auth', {{'authorization': 'Bearer ' + key}})\n    return {{'status': r.status, 'text': r.text, 'key': key}}\n"
+    );
+    let value = "py-secret-55aa21c0ffee";
+    // SAFETY: set before any call reads it; no other test reads this variable.
+    unsafe { std::env::set_var("TOOLSMITH_TEST_PY_SECRET", value) };
+    let mut grants = loopback(true);
+    grants.secrets.push(SecretGrant { name: "api_token".into(), source: SecretSource::Env("TOOLSMITH_TEST_PY_SECRET".into()) });
+    let out = python(&code, "fetch", grants).expect("granted");
+    assert_eq!(out["status"], 200);
+    assert_eq!(out["text"], "authorization: Bearer [redacted]");
+    assert_eq!(out["key"], "[redacted]", "returned as is, scrubbed by the host");
+
+    let e = python(&code, "fetch", loopback(true)).expect_err("the secret is not granted");
+    assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e:?}");
+    assert_eq!(e.expected.as_deref(), Some("secret:api_token"));
+    let bare = format!("import toolsmith\n\ndef get():\n    return {{'s': toolsmith.http_get('http://127.0.0.1:{port}/hello').status}}\n");
+    let e = python(&bare, "get", Grants::default()).expect_err("nothing granted");
+    assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e:?}");
+    assert_eq!(python(&bare, "get", loopback(true)).expect("granted")["s"], 200);
+}
