@@ -40,7 +40,7 @@ import traceback
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import host, types
+from wit_world.imports import capabilities, host, types
 
 import toolsmith_sdk
 
@@ -74,7 +74,7 @@ class _LogStream:
         return False
 
 
-toolsmith_sdk._bind_host(host, types, Err)
+toolsmith_sdk._bind_host(host, types, Err, capabilities)
 try:
     importlib.import_module(MODULE)
     _TOOL = toolsmith_sdk.the_tool(MODULE.replace(".", "/") + ".py")

@@ -56,6 +56,9 @@ __all__ = [
     "ToolError",
     "call_tool",
     "check_examples",
+    "http_get",
+    "http_request",
+    "secret",
     "log",
     "registered",
     "tool",
@@ -113,10 +116,66 @@ class Level(enum.Enum):
 _host = None
 
 
-def _bind_host(host, types_module, err):
-    """Connects `log` and `call_tool` to the WIT imports (called by the generated entry module)."""
-    global _host
+_capabilities = None
+
+
+def _bind_host(host, types_module, err, capabilities=None):
+    """Connects `log`, `call_tool`, `http_request` and `secret` to the WIT imports (called by the
+    generated entry module)."""
+    global _host, _capabilities
     _host = (host, types_module, err)
+    _capabilities = capabilities
+
+
+class HttpResponse:
+    """A response: `status`, `headers` (dict, names lower case), `body` (bytes), `text`, `json()`."""
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = {k.lower(): v for k, v in headers}
+        self.body = bytes(body)
+
+    @property
+    def text(self):
+        return self.body.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def _capability(what):
+    if _host is None or _capabilities is None:
+        raise ToolError("not_in_host", "cannot %s: it goes through a Toolsmith host" % what)
+    return _capabilities, _host[2]
+
+
+def http_request(method, url, headers=None, body=b""):
+    """Makes one HTTP request through the host, to a host an operator granted this tool (declare it
+    with `capabilities={"http": [{"host": "api.example.com"}]}` in `@tool`). A refusal raises
+    ToolError("permission_denied", ...); let it propagate and the call fails as permission_denied."""
+    caps, err = _capability("fetch %s" % url)
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    request = caps.HttpRequest(method=method, url=url, headers=list((headers or {}).items()), body=bytes(body))
+    try:
+        out = caps.http(request)
+    except err as e:
+        raise ToolError(e.value.code, e.value.message) from None
+    return HttpResponse(out.status, out.headers, out.body)
+
+
+def http_get(url, headers=None):
+    """`GET url` through the host (see `http_request`)."""
+    return http_request("GET", url, headers)
+
+
+def secret(name):
+    """A secret an operator granted this tool; the host scrubs its value from the call's result."""
+    caps, err = _capability("read secret `%s`" % name)
+    try:
+        return caps.secret(name)
+    except err as e:
+        raise ToolError(e.value.code, e.value.message) from None
 
 
 def log(level, message):
@@ -473,6 +532,7 @@ class Tool:
             "output_schema": self.output_schema,
             "examples": self.examples,
             "kind": "plugin",
+            **({"capabilities": self.capabilities} if getattr(self, "capabilities", None) else {}),
         }
 
     def manifest_json(self):
@@ -500,10 +560,11 @@ class Tool:
         return json.dumps(self.call(args), ensure_ascii=False, allow_nan=False)
 
 
-def tool(*, name, description=None, examples, version="0.1.0"):
+def tool(*, name, description=None, examples, version="0.1.0", capabilities=None):
     """Declares `run` as the tool `name`. `description` defaults to the function's docstring;
     `examples` is a non-empty list of (input, output) pairs, as instances of the input and output
-    types or as plain dicts. Raises SchemaError at import for anything the manifest cannot hold."""
+    types or as plain dicts; `capabilities` declares what the tool asks an operator to grant
+    (`{"http": [{"host": "api.example.com", "methods": ["GET"]}], "secrets": [{"name": "key"}]}`). Raises SchemaError at import for anything the manifest cannot hold."""
 
     def decorate(run):
         where = _where(run)
@@ -522,6 +583,7 @@ def tool(*, name, description=None, examples, version="0.1.0"):
             raise SchemaError("%s: tool `%s` is declared twice (first at %s)" % (where, name, _TOOLS[name].where))
         _TOOLS[name] = Tool(run, name, " ".join(str(desc).split()) if "\n" in str(desc) else str(desc),
                             str(version), list(examples), where)
+        _TOOLS[name].capabilities = dict(capabilities or {})
         run.__toolsmith_tool__ = _TOOLS[name]
         return run
 

@@ -10,6 +10,7 @@ mod agent;
 mod composition;
 mod daemon_training;
 mod examples;
+mod grants;
 mod graph;
 mod mcp;
 mod plugins;
@@ -39,6 +40,7 @@ pub fn run(env: &Env) -> Result<ExitCode> {
     let failures = examples::section(&toolbox);
     composition::section(&toolbox);
     typed_errors::section(&toolbox);
+    grants::section(&toolbox)?;
     python_tools::section(env, &toolbox)?;
     graph::section(env)?;
     mcp::section(env)?;
