@@ -15,8 +15,8 @@ use super::links::resolve;
 use super::{Registry, now_ms};
 use crate::RegistryError;
 
-/// One granted capability of a tool, as `tools show` lists it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One granted capability of a tool, as `tools show` and the graph page list it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct GrantEntry {
     /// The capability's key: `http:https://host:443`, `dir:docs`, `secret:name`, `env:VAR`.
     pub capability: String,
@@ -116,36 +116,7 @@ impl Registry {
         let Some((id, _)) = resolve(&self.conn, name)? else {
             return Err(RegistryError::NotFound(name.to_string()));
         };
-        let blob: Option<String> =
-            self.conn.query_row("SELECT blob_hash FROM tools WHERE id = ?1", [id], |r| r.get(0)).optional()?.flatten();
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT capability, spec, description, blob_hash, granted_by, granted_at FROM grants
-             WHERE tool = ?1 ORDER BY capability",
-        )?;
-        let rows = stmt.query_map([id], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Option<String>>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, i64>(5)?,
-            ))
-        })?;
-        let mut out = ToolGrants::default();
-        for row in rows {
-            let (capability, spec, description, granted_blob, granted_by, granted_at) = row?;
-            let current = granted_blob == blob;
-            if current {
-                match serde_json::from_str::<Grant>(&spec) {
-                    Ok(grant) => out.active.add(grant),
-                    // A grant this build cannot read grants nothing.
-                    Err(e) => tracing::warn!(%capability, "unreadable grant ignored: {e}"),
-                }
-            }
-            out.entries.push(GrantEntry { capability, description, granted_by, granted_at, current });
-        }
-        Ok(out)
+        tool_grants(&self.conn, id)
     }
 
     /// The grant log, newest first (one tool's, or every tool's).
@@ -159,4 +130,38 @@ impl Registry {
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
+}
+
+/// The grants of the tool with row id `id`: active when bound to its current blob.
+pub(crate) fn tool_grants(conn: &rusqlite::Connection, id: i64) -> Result<ToolGrants, RegistryError> {
+    let blob: Option<String> =
+        conn.query_row("SELECT blob_hash FROM tools WHERE id = ?1", [id], |r| r.get(0)).optional()?.flatten();
+    let mut stmt = conn.prepare_cached(
+        "SELECT capability, spec, description, blob_hash, granted_by, granted_at FROM grants
+         WHERE tool = ?1 ORDER BY capability",
+    )?;
+    let rows = stmt.query_map([id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, Option<String>>(3)?,
+            r.get::<_, String>(4)?,
+            r.get::<_, i64>(5)?,
+        ))
+    })?;
+    let mut out = ToolGrants::default();
+    for row in rows {
+        let (capability, spec, description, granted_blob, granted_by, granted_at) = row?;
+        let current = granted_blob == blob;
+        if current {
+            match serde_json::from_str::<Grant>(&spec) {
+                Ok(grant) => out.active.add(grant),
+                // A grant this build cannot read grants nothing.
+                Err(e) => tracing::warn!(%capability, "unreadable grant ignored: {e}"),
+            }
+        }
+        out.entries.push(GrantEntry { capability, description, granted_by, granted_at, current });
+    }
+    Ok(out)
 }

@@ -37,6 +37,7 @@ pub use candidates::{Admitted, Candidate, CandidateStatus};
 pub(crate) use candidates::{CandidateRow, insert_candidate};
 pub use doctor::DoctorReport;
 pub use grants::{GrantEntry, GrantEvent, ToolGrants};
+pub(crate) use grants::tool_grants;
 pub use links::Neighbour;
 pub(crate) use links::{aliases_of, neighbours, resolve};
 pub use maintenance::RegistryStats;

@@ -77,6 +77,9 @@ pub struct ToolView {
     pub dependencies: Vec<Neighbour>,
     /// Edges out: tools this one fed.
     pub dependents: Vec<Neighbour>,
+    /// What an operator granted it beyond pure computation (secrets by reference, never values).
+    #[serde(default)]
+    pub grants: Vec<crate::store::GrantEntry>,
 }
 
 /// The columns of a tool's row that its view needs.
@@ -103,6 +106,7 @@ pub(super) fn tool_view(conn: &Connection, name: &str) -> Result<ToolView, Regis
     let origin = origin(conn, manifest.name.as_str())?;
     let aliases = aliases_of(conn, id)?;
     let (dependencies, dependents) = neighbours(conn, id)?;
+    let grants = crate::store::tool_grants(conn, id)?.entries;
     Ok(ToolView {
         name: manifest.name.to_string(),
         kind: manifest.kind.into(),
@@ -119,6 +123,7 @@ pub(super) fn tool_view(conn: &Connection, name: &str) -> Result<ToolView, Regis
         stats,
         dependencies,
         dependents,
+        grants,
     })
 }
 
