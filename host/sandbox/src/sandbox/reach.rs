@@ -125,7 +125,18 @@ impl Resolver for Checked {
         config: &ureq::config::Config,
         timeout: ureq::unversioned::transport::NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let found = DefaultResolver::default().resolve(uri, config, timeout)?;
+        // An address literal needs no lookup (ureq's resolver would spawn a thread to bound it).
+        let literal = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']')).and_then(|h| h.parse::<IpAddr>().ok());
+        let found = match literal {
+            Some(ip) => {
+                let https = uri.scheme_str() == Some("https");
+                let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+                let mut one = self.empty();
+                one.push(std::net::SocketAddr::new(ip, port));
+                one
+            }
+            None => DefaultResolver::default().resolve(uri, config, timeout)?,
+        };
         if self.allow_private {
             return Ok(found);
         }
