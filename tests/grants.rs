@@ -72,7 +72,18 @@ fn an_operator_grants_http_get_a_host_and_a_secret_then_revokes_them() {
     let host = format!("http://127.0.0.1:{port}");
     let out = toolsmith(
         &registry,
-        &["tools", "grant", "http_get", "--http", &host, "--private", "--secret", "token=env:TOOLSMITH_TEST_TOKEN", "--by", "ops"],
+        &[
+            "tools",
+            "grant",
+            "http_get",
+            "--http",
+            &host,
+            "--private",
+            "--secret",
+            "token=env:TOOLSMITH_TEST_TOKEN",
+            "--by",
+            "ops",
+        ],
     );
     transcript += &text(&out);
     assert!(out.status.success(), "{}", text(&out));

@@ -36,9 +36,9 @@ pub use embed::{DIM, Embedder, ModelFiles};
 pub use formats::{Definition, DefinitionProblem, Format, read_definitions, snake_case_name};
 pub use search::{Explain, Mode, SearchHit, SearchRequest};
 pub use store::{
-    AddedTool, Admitted, AuthorMerge, CallUsage, Candidate, CandidateStatus, DoctorReport, GrantEntry, GrantEvent, NearDuplicate, Neighbour,
-    NewTool, PlanStep, RecordedCalls, RecordedPlan, Registered, Registry, RegistryOptions, RegistryStats, Settings,
-    SortBy, ToolDetails, ToolGrants, ToolRecord, ToolStats,
+    AddedTool, Admitted, AuthorMerge, CallUsage, Candidate, CandidateStatus, DoctorReport, GrantEntry, GrantEvent,
+    NearDuplicate, Neighbour, NewTool, PlanStep, RecordedCalls, RecordedPlan, Registered, Registry, RegistryOptions,
+    RegistryStats, Settings, SortBy, ToolDetails, ToolGrants, ToolRecord, ToolStats,
 };
 pub use transfer::ImportSummary;
 pub use usage::UsageLog;

@@ -75,9 +75,8 @@ fn main() {
     let cache = tempfile::tempdir().expect("tempdir");
     let config = SandboxConfig { cache_dir: Some(cache.path().to_owned()), ..SandboxConfig::default() };
     let toolbox = Toolbox::new(Sandbox::new(config).expect("sandbox"));
-    let http_get = toolbox
-        .load_component(toolsmith_bundled::get("http_get").expect("bundled").component)
-        .expect("http_get loads");
+    let http_get =
+        toolbox.load_component(toolsmith_bundled::get("http_get").expect("bundled").component).expect("http_get loads");
     let port = server();
     let host = format!("http://127.0.0.1:{port}");
     let grant = |pattern: &str| HttpGrant {
@@ -108,8 +107,8 @@ fn main() {
         .add_component(toolsmith_bundled::get("calculator").expect("bundled").component)
         .expect("calculator loads");
     let calc_args = json!({"expression": "2 * (3 + 4) ^ 2 / sqrt(16)"});
-    let schemas = ToolSchemas::compile(&calculator.manifest.input_schema, &calculator.manifest.output_schema)
-        .expect("schemas");
+    let schemas =
+        ToolSchemas::compile(&calculator.manifest.input_schema, &calculator.manifest.output_schema).expect("schemas");
     let native_calc = measure(n * 10, || {
         schemas.check_args("calculator", &calc_args).expect("args");
         let out = calculator::call_json(&calc_args.to_string()).expect("call");

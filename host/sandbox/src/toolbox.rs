@@ -26,7 +26,7 @@ pub struct Tool {
 #[derive(Debug, Clone)]
 enum Implementation {
     Component(LoadedComponent),
-    Python(PythonTool),
+    Python(Box<PythonTool>),
 }
 
 impl Tool {
@@ -57,7 +57,7 @@ impl Tool {
     /// The code behind an agent-written Python tool.
     pub fn python(&self) -> Option<&PythonTool> {
         match &self.implementation {
-            Implementation::Python(p) => Some(p),
+            Implementation::Python(p) => Some(p.as_ref()),
             Implementation::Component(_) => None,
         }
     }
@@ -179,7 +179,7 @@ impl Toolbox {
         Ok(Arc::new(Tool {
             manifest: tool.manifest.clone(),
             schemas: Arc::new(schemas),
-            implementation: Implementation::Python(tool),
+            implementation: Implementation::Python(Box::new(tool)),
             grants: None,
         }))
     }

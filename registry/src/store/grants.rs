@@ -126,7 +126,13 @@ impl Registry {
              WHERE ?1 IS NULL OR tool = ?1 ORDER BY id DESC LIMIT ?2",
         )?;
         let rows = stmt.query_map(params![name, limit as i64], |r| {
-            Ok(GrantEvent { tool: r.get(0)?, action: r.get(1)?, capability: r.get(2)?, actor: r.get(3)?, at: r.get(4)? })
+            Ok(GrantEvent {
+                tool: r.get(0)?,
+                action: r.get(1)?,
+                capability: r.get(2)?,
+                actor: r.get(3)?,
+                at: r.get(4)?,
+            })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }

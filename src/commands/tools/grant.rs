@@ -100,8 +100,9 @@ pub fn parse(r: &Registry, args: &GrantArgs) -> Result<Grants> {
         grants.dirs.push(DirGrant { name: name.to_owned(), path });
     }
     for text in &args.secret {
-        let (name, source) =
-            text.split_once('=').with_context(|| format!("--secret {text}: write NAME=env:VARIABLE or NAME=file:PATH"))?;
+        let (name, source) = text
+            .split_once('=')
+            .with_context(|| format!("--secret {text}: write NAME=env:VARIABLE or NAME=file:PATH"))?;
         if !is_plain_name(name) {
             bail!("--secret: the name `{name}` must be letters, digits, `_`, `-` or `.`");
         }
@@ -136,8 +137,10 @@ fn undeclared_notes(declared: &toolsmith_contract::Capabilities, grants: &Grants
         list.iter().any(|c| c.name == name || c.name == "*")
     };
     for h in &grants.http {
-        let covered =
-            declared.http.iter().any(|d| d.host == "*" || HostPattern::parse(&d.host).is_ok_and(|p| p.host == h.pattern.host));
+        let covered = declared
+            .http
+            .iter()
+            .any(|d| d.host == "*" || HostPattern::parse(&d.host).is_ok_and(|p| p.host == h.pattern.host));
         if !covered {
             eprintln!("note: `{tool}` does not declare http to {}; granting it anyway", h.pattern.host);
         }

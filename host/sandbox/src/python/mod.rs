@@ -248,7 +248,8 @@ impl PythonRuntime {
                     let mut e = error.into_structured(tool);
                     e.kind = ErrorKind::PermissionDenied;
                     e.expected = Some(capability);
-                    e.hint = Some("the tool may not reach this; an operator grants it with `toolsmith tools grant`".into());
+                    e.hint =
+                        Some("the tool may not reach this; an operator grants it with `toolsmith tools grant`".into());
                     e
                 } else {
                     error.into_structured(tool)

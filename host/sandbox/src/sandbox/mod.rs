@@ -74,8 +74,8 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder, WasiView};
 
 pub use cache::CacheOutcome;
-pub use reach::{HttpLimits, PERMISSION_DENIED, is_public};
 pub use config::{Limits, SandboxConfig, default_cache_dir};
+pub use reach::{HttpLimits, PERMISSION_DENIED, is_public};
 use state::{CallState, CappedPipe, ClampedClockData, Limiter, Nested};
 pub use state::{LogLine, ToolCaller};
 
@@ -336,8 +336,10 @@ impl Sandbox {
     /// Reads a loaded component's manifest JSON (fresh instance, default limits, no `call-tool`).
     pub fn manifest_json(&self, component: &LoadedComponent, tool: &str) -> Result<String, StructuredError> {
         let instantiate = |store: &mut Store<CallState>| component.pre.instantiate(store);
-        self.run(instantiate, tool, Limits::default(), None, None, |bindings, store| bindings.call_manifest(store).map(Ok))
-            .map(|(json, _)| json)
+        self.run(instantiate, tool, Limits::default(), None, None, |bindings, store| {
+            bindings.call_manifest(store).map(Ok)
+        })
+        .map(|(json, _)| json)
     }
 
     /// Calls a loaded component's `call` export with `args` (already validated JSON text) in a
@@ -426,7 +428,12 @@ impl Sandbox {
         // An empty context: no arguments, environment, preopened directories or network, except
         // what an operator granted this tool.
         let mut builder = WasiCtxBuilder::new();
-        builder.stdout(stdout.clone()).stderr(stderr.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+        builder
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
         let grants = grants.filter(|g| !g.is_empty());
         if let Some(grants) = grants {
             for dir in &grants.dirs {
@@ -436,7 +443,11 @@ impl Sandbox {
                     StructuredError::new(
                         ErrorKind::PermissionDenied,
                         tool,
-                        format!("the granted directory `{}` ({}) cannot be opened: {e:#}", dir.name, dir.path.display()),
+                        format!(
+                            "the granted directory `{}` ({}) cannot be opened: {e:#}",
+                            dir.name,
+                            dir.path.display()
+                        ),
                     )
                     .with_hint("the operator should grant an existing directory again")
                 })?;
@@ -539,7 +550,8 @@ impl Sandbox {
                 e.code = Some(tool_error.code);
                 if let Some(capability) = denied {
                     e.expected = Some(capability);
-                    e.hint = Some("the tool may not reach this; an operator grants it with `toolsmith tools grant`".into());
+                    e.hint =
+                        Some("the tool may not reach this; an operator grants it with `toolsmith tools grant`".into());
                 }
                 Err(e)
             }

@@ -126,7 +126,8 @@ impl Resolver for Checked {
         timeout: ureq::unversioned::transport::NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
         // An address literal needs no lookup (ureq's resolver would spawn a thread to bound it).
-        let literal = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']')).and_then(|h| h.parse::<IpAddr>().ok());
+        let literal =
+            uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']')).and_then(|h| h.parse::<IpAddr>().ok());
         let found = match literal {
             Some(ip) => {
                 let https = uri.scheme_str() == Some("https");
@@ -257,7 +258,11 @@ impl Reach {
         if request.body.len() > self.limits.max_request_bytes {
             return Err(tool_error(
                 "request_too_large",
-                format!("the request body is {} bytes; the cap is {}", request.body.len(), self.limits.max_request_bytes),
+                format!(
+                    "the request body is {} bytes; the cap is {}",
+                    request.body.len(),
+                    self.limits.max_request_bytes
+                ),
             ));
         }
         for (name, _) in &request.headers {
@@ -313,7 +318,11 @@ impl Reach {
     }
 
     /// The grant that lets `method` reach `url`, or the refusal naming what is missing.
-    fn check(&mut self, url: &url::Url, method: &str) -> Result<toolsmith_contract::capabilities::HttpGrant, ToolError> {
+    fn check(
+        &mut self,
+        url: &url::Url,
+        method: &str,
+    ) -> Result<toolsmith_contract::capabilities::HttpGrant, ToolError> {
         let scheme = url.scheme().to_owned();
         let host = match url.host() {
             Some(url::Host::Domain(d)) => d.to_ascii_lowercase(),
@@ -397,7 +406,9 @@ impl Reach {
                 );
                 self.deny(format!("http:{}:private", host), message)
             }
-            ureq::Error::Timeout(_) => tool_error("timeout", format!("{host} did not answer within the call's deadline")),
+            ureq::Error::Timeout(_) => {
+                tool_error("timeout", format!("{host} did not answer within the call's deadline"))
+            }
             ureq::Error::HostNotFound => tool_error("http_error", format!("cannot resolve {host}")),
             other => tool_error("http_error", format!("the request to {host} failed: {other}")),
         }
@@ -429,7 +440,21 @@ mod tests {
 
     #[test]
     fn only_public_unicast_addresses_count_as_public() {
-        for private in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1", "fd00::1", "fe80::1", "::ffff:10.0.0.1", "198.18.0.1", "224.0.0.1"] {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:10.0.0.1",
+            "198.18.0.1",
+            "224.0.0.1",
+        ] {
             assert!(!is_public(private.parse().expect("an address")), "{private}");
         }
         for public in ["1.1.1.1", "93.184.216.34", "2606:4700::1111", "::ffff:8.8.8.8"] {

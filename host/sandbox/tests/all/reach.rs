@@ -116,7 +116,8 @@ fn toolbox() -> &'static Toolbox {
     static TOOLBOX: OnceLock<Toolbox> = OnceLock::new();
     TOOLBOX.get_or_init(|| {
         let ca = std::fs::read(format!("{FIXTURES}/ca.pem")).expect("ca");
-        let config = SandboxConfig { cache_dir: Some(crate::cache_dir()), http_ca_pem: Some(ca), ..SandboxConfig::default() };
+        let config =
+            SandboxConfig { cache_dir: Some(crate::cache_dir()), http_ca_pem: Some(ca), ..SandboxConfig::default() };
         let sandbox = Sandbox::new(config).expect("sandbox");
         let toolbox = Toolbox::new(sandbox.clone());
         let http_get = toolsmith_bundled::get("http_get").expect("http_get is bundled");
@@ -127,7 +128,11 @@ fn toolbox() -> &'static Toolbox {
 }
 
 fn http_grant(pattern: &str, private: bool) -> HttpGrant {
-    HttpGrant { pattern: HostPattern::parse(pattern).expect("pattern"), methods: vec!["GET".into()], allow_private: private }
+    HttpGrant {
+        pattern: HostPattern::parse(pattern).expect("pattern"),
+        methods: vec!["GET".into()],
+        allow_private: private,
+    }
 }
 
 fn fetch(grants: Grants, args: Value, timeout: Duration) -> Result<Value, toolsmith_sandbox::StructuredError> {
@@ -170,7 +175,8 @@ fn private_addresses_need_their_own_grant() {
     assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e:?}");
     assert!(e.message.contains("private"), "{e:?}");
     // A name granted without --private is refused when DNS answers with a private address.
-    let named = Grants { http: vec![http_grant(&format!("http://localhost:{}", http_port()), false)], ..Grants::default() };
+    let named =
+        Grants { http: vec![http_grant(&format!("http://localhost:{}", http_port()), false)], ..Grants::default() };
     let url = format!("http://localhost:{}/hello", http_port());
     let e = fetch(named, json!({"url": url}), SECOND).expect_err("localhost resolves privately");
     assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e:?}");
@@ -290,7 +296,9 @@ fn hostile_python_finds_no_way_out_with_or_without_grants() {
         ("socket", "import socket".to_owned()),
         (
             "_socket.connect",
-            format!("import _socket\ns = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)\ns.connect(('127.0.0.1', {port}))"),
+            format!(
+                "import _socket\ns = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)\ns.connect(('127.0.0.1', {port}))"
+            ),
         ),
         ("_socket.getaddrinfo", "import _socket\n_socket.getaddrinfo('localhost', 80)".to_owned()),
         ("http.client", "import http.client".to_owned()),
@@ -340,7 +348,9 @@ fn python_tools_reach_granted_hosts_and_secrets_through_import_toolsmith() {
     // SAFETY: set before any call reads it; no other test reads this variable.
     unsafe { std::env::set_var("TOOLSMITH_TEST_PY_SECRET", value) };
     let mut grants = loopback(true);
-    grants.secrets.push(SecretGrant { name: "api_token".into(), source: SecretSource::Env("TOOLSMITH_TEST_PY_SECRET".into()) });
+    grants
+        .secrets
+        .push(SecretGrant { name: "api_token".into(), source: SecretSource::Env("TOOLSMITH_TEST_PY_SECRET".into()) });
     let out = python(&code, "fetch", grants).expect("granted");
     assert_eq!(out["status"], 200);
     assert_eq!(out["text"], "authorization: Bearer [redacted]");
@@ -349,7 +359,9 @@ fn python_tools_reach_granted_hosts_and_secrets_through_import_toolsmith() {
     let e = python(&code, "fetch", loopback(true)).expect_err("the secret is not granted");
     assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e:?}");
     assert_eq!(e.expected.as_deref(), Some("secret:api_token"));
-    let bare = format!("import toolsmith\n\ndef get():\n    return {{'s': toolsmith.http_get('http://127.0.0.1:{port}/hello').status}}\n");
+    let bare = format!(
+        "import toolsmith\n\ndef get():\n    return {{'s': toolsmith.http_get('http://127.0.0.1:{port}/hello').status}}\n"
+    );
     let e = python(&bare, "get", Grants::default()).expect_err("nothing granted");
     assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e:?}");
     assert_eq!(python(&bare, "get", loopback(true)).expect("granted")["s"], 200);
