@@ -251,10 +251,10 @@ fn tools_commands_browse_and_maintain_the_graph() {
     let dir = tempfile::tempdir().expect("tempdir");
     let reg = dir.path().join("registry.db");
     let run = |args: &[&str]| toolsmith_in(&reg, args);
-    // A new registry starts with the bundled tools, none merged into another.
+    // A new registry starts with the bundled tools (http_get too, granted nothing), none merged.
     let list = stdout_json(&run(&["tools", "list", "--json"]));
     let names: Vec<&str> = list.as_array().expect("array").iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["calculator", "json_query", "text", "units"]);
+    assert_eq!(names, ["calculator", "http_get", "json_query", "text", "units"]);
 
     let manifest = dir.path().join("fahrenheit.json");
     std::fs::write(
@@ -334,20 +334,20 @@ fn tools_export_as_openai_functions_and_mcp_tools() {
     let registry = dir.path().join("registry.db");
     let functions = stdout_json(&toolsmith_in(&registry, &["tools", "export", "--format", "openai"]));
     let functions = functions.as_array().expect("an array");
-    assert_eq!(functions.len(), 4, "the bundled tools");
+    assert_eq!(functions.len(), 5, "the bundled tools");
     for f in functions {
         assert_eq!(f["type"], "function");
         assert_eq!(f["function"]["parameters"]["type"], "object", "{f}");
         assert!(f["function"]["description"].as_str().is_some_and(|d| !d.is_empty()));
     }
     let names: Vec<&str> = functions.iter().filter_map(|f| f["function"]["name"].as_str()).collect();
-    assert_eq!(names, ["calculator", "json_query", "text", "units"]);
+    assert_eq!(names, ["calculator", "http_get", "json_query", "text", "units"]);
 
     let out = dir.path().join("tools.json");
     ok(&toolsmith_in(&registry, &["tools", "export", "--format", "mcp", "--out", out.to_str().expect("utf-8")]));
     let listed: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("written")).expect("JSON");
     let tools = listed["tools"].as_array().expect("tools");
-    assert_eq!(tools.len(), 4);
+    assert_eq!(tools.len(), 5);
     for tool in tools {
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
         assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");

@@ -141,3 +141,69 @@ fn bad_grants_are_clear_errors_and_change_nothing() {
     let out = toolsmith(&registry, &["tools", "show", "http_get"]);
     assert!(text(&out).contains("grants: none"), "{}", text(&out));
 }
+
+/// `toolsmith serve` over stdio: `tools/list` shows a tool's grants under `_meta`, and a call from
+/// an MCP client gets the grant (read per call, so a revoke by the CLI applies at once).
+#[test]
+fn mcp_lists_grants_and_calls_apply_them() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = dir.path().join("registry.db");
+    let port = server();
+    let host = format!("http://127.0.0.1:{port}");
+    let out = toolsmith(&registry, &["tools", "grant", "http_get", "--http", &host, "--private", "--by", "ops"]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
+        .args(["serve"])
+        .env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
+        .env("TOOLSMITH_REGISTRY", &registry)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut send = |v: serde_json::Value| writeln!(stdin, "{v}").expect("send");
+    let mut next = || -> serde_json::Value {
+        serde_json::from_str(&lines.next().expect("a reply").expect("read")).expect("json")
+    };
+    send(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}));
+    next();
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let listed = next();
+    let tool = listed["result"]["tools"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == "http_get"))
+        .cloned()
+        .expect("http_get listed");
+    let grants = &tool["_meta"]["toolsmith/grants"];
+    assert_eq!(grants[0]["capability"], format!("http:{host}"), "{tool}");
+    assert_eq!(grants[0]["granted_by"], "ops");
+    assert!(tool["_meta"]["toolsmith/capabilities"]["http"].is_array(), "declared capabilities: {tool}");
+
+    let call = |id: u64| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "http_get", "arguments": {"url": format!("{host}/")}}})
+    };
+    send(call(3));
+    let ok = next();
+    assert_eq!(ok["result"]["structuredContent"]["status"], 200, "{ok}");
+    let out = toolsmith(&registry, &["tools", "revoke", "http_get", "--all"]);
+    assert!(out.status.success(), "{}", text(&out));
+    send(call(4));
+    // A notification (the list changed with the grant) may come first.
+    let denied = loop {
+        let reply = next();
+        if reply.get("id").is_some() {
+            break reply;
+        }
+    };
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert_eq!(denied["result"]["structuredContent"]["error"]["kind"], "permission_denied", "{denied}");
+    drop(stdin);
+    let _ = child.wait();
+}

@@ -108,7 +108,7 @@ fn typescript_sdk_client_over_streamable_http_with_a_token() {
     for kind in ["invalid_args", "tool_error", "python_error", "timeout", "not_found"] {
         assert_eq!(status["failures_by_kind"][kind], 1, "{kind}: {status}");
     }
-    assert_eq!(status["tools"], 7, "4 bundled tools and 3 created ones: {status}");
+    assert_eq!(status["tools"], 8, "5 bundled tools and 3 created ones: {status}");
     assert_eq!(status["status"], "ok");
 
     // Without the token the client gets nowhere, and its report says why.

@@ -93,7 +93,7 @@ fn python_sdk_client_over_streamable_http_with_a_token() {
     let status = curl(&server, &["-H", "Authorization: Bearer correct horse", &format!("{}/status", server.base)]);
     let status: Value = serde_json::from_str(&status.body).expect("status JSON");
     assert_eq!(status["status"], "ok");
-    assert_eq!(status["tools"], 5, "4 bundled tools and the created one: {status}");
+    assert_eq!(status["tools"], 6, "5 bundled tools and the created one: {status}");
     assert!(status["calls_served"].as_u64().expect("count") >= 6, "{status}");
     assert_eq!(status["failures_by_kind"]["invalid_args"], 1, "{status}");
     assert!(status["uptime_s"].as_f64().expect("uptime") > 0.0);

@@ -105,7 +105,7 @@ fn a_directory_of_every_format_registers_in_one_process_under_its_original_names
         "{added}"
     );
     let list = stdout_json(&toolsmith_in(&reg, &["tools", "list", "--json"]));
-    assert_eq!(list.as_array().map(Vec::len), Some(4 + 8), "the bundled tools and the eight");
+    assert_eq!(list.as_array().map(Vec::len), Some(5 + 8), "the bundled tools and the eight");
     // The original names reach the tools: `show`, and `call` (these are interfaces only, so the
     // call is answered by the tool with what it is).
     let show = ok(&toolsmith_in(&reg, &["tools", "show", "files.read"]));
