@@ -304,8 +304,8 @@ fn tools_commands_browse_and_maintain_the_graph() {
     assert!(ok(&run(&["tools", "show", "hostile"])).contains("aliases: hostile"));
     ok(&run(&["tools", "remove", "celsius_to_fahrenheit"]));
     assert!(!run(&["tools", "show", "celsius_to_fahrenheit"]).status.success());
-    assert!(ok(&run(&["tools", "stats"])).contains("tools      4"));
-    assert!(ok(&run(&["tools", "reindex"])).contains("reindexed 4 tools"));
+    assert!(ok(&run(&["tools", "stats"])).contains("tools      5"));
+    assert!(ok(&run(&["tools", "reindex"])).contains("reindexed 5 tools"));
     assert!(ok(&run(&["tools", "doctor"])).contains("healthy"));
 }
 

@@ -155,7 +155,7 @@ fn mcp_lists_grants_and_calls_apply_them() {
     assert!(out.status.success(), "{}", text(&out));
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolsmith"))
-        .args(["serve"])
+        .args(["serve", "--stdio"])
         .env("TOOLSMITH_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"))
         .env("TOOLSMITH_REGISTRY", &registry)
         .stdin(Stdio::piped())
@@ -166,9 +166,8 @@ fn mcp_lists_grants_and_calls_apply_them() {
     let mut stdin = child.stdin.take().expect("stdin");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut send = |v: serde_json::Value| writeln!(stdin, "{v}").expect("send");
-    let mut next = || -> serde_json::Value {
-        serde_json::from_str(&lines.next().expect("a reply").expect("read")).expect("json")
-    };
+    let mut next =
+        || -> serde_json::Value { serde_json::from_str(&lines.next().expect("a reply").expect("read")).expect("json") };
     send(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}));
     next();
@@ -203,7 +202,7 @@ fn mcp_lists_grants_and_calls_apply_them() {
         }
     };
     assert_eq!(denied["result"]["isError"], true, "{denied}");
-    assert_eq!(denied["result"]["structuredContent"]["error"]["kind"], "permission_denied", "{denied}");
+    assert_eq!(denied["result"]["_meta"]["toolsmith/error"]["kind"], "permission_denied", "{denied}");
     drop(stdin);
     let _ = child.wait();
 }
