@@ -146,7 +146,7 @@ impl capabilities::Host for CallState {
             return Err(self.refuse_all("http", &request.url));
         };
         let out = reach.http(&self.agents, deadline, request);
-        self.denied = self.denied.take().or(reach.denied.take());
+        self.denied = reach.denied.take().or(self.denied.take());
         out
     }
 
@@ -155,7 +155,7 @@ impl capabilities::Host for CallState {
             return Err(self.refuse_all("secret", &name));
         };
         let out = reach.secret(&name);
-        self.denied = self.denied.take().or(reach.denied.take());
+        self.denied = reach.denied.take().or(self.denied.take());
         out
     }
 }
