@@ -5,35 +5,14 @@
 //!
 //! Run with `cargo bench -p toolsmith-sandbox --bench call` (release profile).
 
-use std::time::{Duration, Instant};
+mod common;
 
+use std::time::Duration;
+
+use common::{measure, us};
 use serde_json::{Value, json};
 use toolsmith_sandbox::validate::ToolSchemas;
 use toolsmith_sandbox::{Limits, Sandbox, SandboxConfig, Toolbox};
-
-fn percentile(samples: &mut [Duration], p: f64) -> Duration {
-    samples.sort_unstable();
-    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[i]
-}
-
-fn measure(iterations: usize, mut f: impl FnMut()) -> (Duration, Duration) {
-    for _ in 0..iterations.div_ceil(10).min(200) {
-        f(); // warm-up
-    }
-    let mut samples: Vec<Duration> = (0..iterations)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
-    (percentile(&mut samples, 0.5), percentile(&mut samples, 0.99))
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
 
 fn main() {
     let bytes = toolsmith_bundled::get("calculator").expect("calculator is bundled").component;

@@ -10,37 +10,17 @@
 //!
 //! `cargo bench -p toolsmith-sandbox --bench reach`. `TOOLSMITH_BENCH_CALLS` (default 2000).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::{measure, us};
 use serde_json::json;
 use toolsmith_contract::capabilities::{Grants, HostPattern, HttpGrant};
 use toolsmith_sandbox::validate::ToolSchemas;
 use toolsmith_sandbox::{Limits, Sandbox, SandboxConfig, Toolbox};
-
-fn percentile(samples: &mut [Duration], p: f64) -> Duration {
-    samples.sort_unstable();
-    samples[((samples.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn measure(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
-    for _ in 0..n.div_ceil(10).min(200) {
-        f();
-    }
-    let mut samples: Vec<Duration> = (0..n)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
-    (percentile(&mut samples, 0.5), percentile(&mut samples, 0.99))
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
 
 /// A loopback server: one thread, one request per connection (`connection: close`), as both
 /// sides of the comparison then pay for a fresh TCP connection each time.

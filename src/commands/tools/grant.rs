@@ -74,7 +74,7 @@ pub fn parse(r: &Registry, args: &GrantArgs) -> Result<Grants> {
             methods = declared
                 .http
                 .iter()
-                .filter(|d| d.host == "*" || HostPattern::parse(&d.host).is_ok_and(|p| p.host == pattern.host))
+                .filter(|d| declares(d, &pattern.host))
                 .flat_map(|d| d.methods.iter().map(|m| m.to_ascii_uppercase()))
                 .collect();
         }
@@ -130,6 +130,11 @@ pub fn parse(r: &Registry, args: &GrantArgs) -> Result<Grants> {
     Ok(grants)
 }
 
+/// Whether a declared HTTP capability covers `host` (`*` covers any host the operator grants).
+fn declares(declared: &toolsmith_contract::capabilities::HttpCapability, host: &str) -> bool {
+    declared.host == "*" || HostPattern::parse(&declared.host).is_ok_and(|p| p.host == host)
+}
+
 /// A grant beyond what the manifest declares is allowed (an operator may know better, and
 /// agent-written Python tools declare nothing) but worth a second look.
 fn undeclared_notes(declared: &toolsmith_contract::Capabilities, grants: &Grants, tool: &str) {
@@ -137,11 +142,7 @@ fn undeclared_notes(declared: &toolsmith_contract::Capabilities, grants: &Grants
         list.iter().any(|c| c.name == name || c.name == "*")
     };
     for h in &grants.http {
-        let covered = declared
-            .http
-            .iter()
-            .any(|d| d.host == "*" || HostPattern::parse(&d.host).is_ok_and(|p| p.host == h.pattern.host));
-        if !covered {
+        if !declared.http.iter().any(|d| declares(d, &h.pattern.host)) {
             eprintln!("note: `{tool}` does not declare http to {}; granting it anyway", h.pattern.host);
         }
     }

@@ -459,7 +459,8 @@ impl Sandbox {
             }
         }
         let wasi = builder.build();
-        let reach = grants.map(|g| reach::Reach::new(tool, g.clone(), self.inner.config.http_limits));
+        let granted = grants.cloned().unwrap_or_else(reach::nothing);
+        let reach = reach::Reach::new(tool, granted, self.inner.config.http_limits);
         let state = CallState {
             wasi,
             table: ResourceTable::new(),
@@ -474,7 +475,6 @@ impl Sandbox {
             deadline: started + limits.timeout,
             reach,
             agents: self.inner.agents.clone(),
-            denied: None,
         };
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -498,12 +498,8 @@ impl Sandbox {
         let mut state = store.into_data();
         let mut stderr_text = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
         let mut stdout_text = String::from_utf8_lossy(&state.stdout.contents()).into_owned();
-        let reach = state.reach.take();
-        let scrub = |text: &mut String| {
-            if let Some(reach) = &reach {
-                reach.scrub(text);
-            }
-        };
+        let denied = state.reach.denied.take();
+        let scrub = |text: &mut String| state.reach.scrub(text);
         scrub(&mut stderr_text);
         scrub(&mut stdout_text);
         for line in &mut state.logs {
@@ -535,14 +531,14 @@ impl Sandbox {
                     logs_dropped: state.logs_dropped,
                     elapsed,
                     memory_limit_hit: state.limiter.hit,
-                    denied: state.denied.take(),
+                    denied,
                 };
                 report.push_output(&stdout_text, &stderr_text);
                 Ok((output, report))
             }
             Ok(Err(tool_error)) => {
                 // A tool that gives up on a refused capability failed for want of a grant.
-                let denied = state.denied.take().filter(|_| tool_error.code == PERMISSION_DENIED);
+                let denied = denied.filter(|_| tool_error.code == PERMISSION_DENIED);
                 let mut e = fail(
                     if denied.is_some() { ErrorKind::PermissionDenied } else { ErrorKind::ToolError },
                     tool_error.message,

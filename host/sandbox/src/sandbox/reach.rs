@@ -189,6 +189,12 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         || (first == 0x2001 && ip.segments()[1] == 0x0db8))
 }
 
+/// The grants of a tool granted nothing, shared by every pure call.
+pub(crate) fn nothing() -> Arc<Grants> {
+    static NOTHING: OnceLock<Arc<Grants>> = OnceLock::new();
+    NOTHING.get_or_init(Arc::default).clone()
+}
+
 /// What one call may reach and what it has used so far.
 #[derive(Debug)]
 pub(crate) struct Reach {

@@ -11,7 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::Limits;
 use super::bindings::toolsmith::tool::{capabilities, host, types};
-use super::reach::{Agents, PERMISSION_DENIED, Reach};
+use super::reach::{Agents, Reach};
 
 /// Runs a tool by name for `call-tool`: implemented by whatever owns the tool table.
 pub trait ToolCaller: Send + Sync {
@@ -79,11 +79,9 @@ pub(crate) struct CallState {
     pub(crate) nested: Option<Nested>,
     /// When this call's time is up.
     pub(crate) deadline: Instant,
-    /// What the tool was granted, and what it used; `None` for a tool granted nothing.
-    pub(crate) reach: Option<Reach>,
+    /// What the tool was granted (often nothing), what it used and what it was refused.
+    pub(crate) reach: Reach,
     pub(crate) agents: Arc<Agents>,
-    /// The capability last refused, so a call that then fails is `permission_denied`.
-    pub(crate) denied: Option<String>,
 }
 
 impl CallState {
@@ -141,43 +139,11 @@ impl host::Host for CallState {
 
 impl capabilities::Host for CallState {
     fn http(&mut self, request: capabilities::HttpRequest) -> Result<capabilities::HttpResponse, types::ToolError> {
-        let deadline = self.deadline;
-        let Some(reach) = &mut self.reach else {
-            return Err(self.refuse_all("http", &request.url));
-        };
-        let out = reach.http(&self.agents, deadline, request);
-        self.denied = reach.denied.take().or(self.denied.take());
-        out
+        self.reach.http(&self.agents, self.deadline, request)
     }
 
     fn secret(&mut self, name: String) -> Result<String, types::ToolError> {
-        let Some(reach) = &mut self.reach else {
-            return Err(self.refuse_all("secret", &name));
-        };
-        let out = reach.secret(&name);
-        self.denied = reach.denied.take().or(self.denied.take());
-        out
-    }
-}
-
-impl CallState {
-    /// The refusal for a tool granted nothing at all.
-    fn refuse_all(&mut self, what: &str, target: &str) -> types::ToolError {
-        let capability = match what {
-            "secret" => format!("secret:{target}"),
-            _ => url::Url::parse(target)
-                .ok()
-                .map(|u| {
-                    let host = u.host_str().unwrap_or("?").to_owned();
-                    format!("http:{}://{host}:{}", u.scheme(), u.port_or_known_default().unwrap_or(0))
-                })
-                .unwrap_or_else(|| "http".to_owned()),
-        };
-        let message = format!(
-            "{capability} is not granted: this tool is granted nothing (an operator grants with `toolsmith tools grant`)"
-        );
-        self.denied = Some(capability);
-        types::ToolError { code: PERMISSION_DENIED.into(), message }
+        self.reach.secret(&name)
     }
 }
 
