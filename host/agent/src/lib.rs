@@ -16,6 +16,7 @@
 pub mod backend;
 pub mod env;
 pub mod eval;
+pub mod function_calling;
 pub mod mcp_client;
 pub mod oracle;
 pub mod runner;

@@ -19,6 +19,8 @@
 //! - [`sft`]: supervised fine-tuning over those pieces, with held-out evaluation ([`heldout`])
 //!   and a metrics stream ([`metrics`]); [`report`] draws the curves.
 //! - [`rl`]: group-relative RL, its methods registered in one table ([`rl::method`]).
+//! - [`toolcall`]: `train tools`: tasks from tool interfaces, SFT then RL with a fine-grained
+//!   call reward, exact-call accuracy by family.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,6 +48,7 @@ pub mod run;
 pub mod sequence;
 pub mod settings;
 pub mod sft;
+pub mod toolcall;
 
 use std::path::{Path, PathBuf};
 

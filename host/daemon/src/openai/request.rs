@@ -12,9 +12,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use toolsmith_agent::ToolFormat;
 use toolsmith_agent::backend::{GenerateOptions, Message, plain};
-use toolsmith_agent::runner::{CALL_INSTRUCTIONS, tool_line};
+use toolsmith_agent::function_calling::{self, Function};
 use toolsmith_policy::constrain::JsonSchemaGrammar;
 use toolsmith_policy::{CallRules, TurnGrammar};
 
@@ -50,10 +49,7 @@ pub const MAX_CHOICES: usize = 16;
 pub const MAX_TOKENS: usize = 8192;
 /// Stop strings at most.
 const MAX_STOPS: usize = 16;
-/// The trace grammar's tag that opens a call.
-pub const OPEN: &str = "<tool_call>";
-/// The trace grammar's tag that closes a call.
-pub const CLOSE: &str = "</tool_call>";
+pub use toolsmith_agent::function_calling::{CLOSE, OPEN, call_text};
 
 /// A client's mistake, as a message that names the item.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,6 +141,13 @@ pub struct Tool {
     pub strict: bool,
     /// The parameters as a validator, for calls decoded without the grammar.
     pub validator: Arc<jsonschema::Validator>,
+}
+
+impl Tool {
+    /// The tool as the shared rendering takes it.
+    pub fn function(&self) -> Function<'_> {
+        Function { name: &self.name, description: &self.description, parameters: &self.parameters }
+    }
 }
 
 /// What a turn may do with the tools.
@@ -453,15 +456,8 @@ fn choice(raw: Option<&Value>, tools: &[Tool]) -> Result<Choice, BadRequest> {
 
 /// The schema of one call to any of `tools`, as the agent writes calls.
 fn call_schema(tools: &[&Tool]) -> Value {
-    let branches: Vec<Value> = tools
-        .iter()
-        .map(|t| {
-            json!({"type": "object",
-                   "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-                   "required": ["name", "arguments"]})
-        })
-        .collect();
-    json!({ "anyOf": branches })
+    let functions: Vec<Function<'_>> = tools.iter().map(|t| t.function()).collect();
+    function_calling::call_schema(&functions)
 }
 
 /// The call rules of `choice`. A forced call (`required`, a named tool) and a strict tool are
@@ -549,17 +545,8 @@ fn text_of(content: Option<&Value>, at: &str) -> Result<Option<String>, BadReque
 
 /// The system prompt's tool section: the agent's call instructions and its listing.
 pub fn tool_section(tools: &[Tool]) -> String {
-    let mut s = format!("{CALL_INSTRUCTIONS} Several calls in one turn run in parallel.\nTools:\n");
-    for t in tools {
-        s.push_str(&plain(&tool_line(&t.name, &t.description, &t.parameters, ToolFormat::Compact)));
-        s.push('\n');
-    }
-    s
-}
-
-/// A call as the agent writes it (keys in the order the trace's JSON has them).
-pub fn call_text(name: &str, arguments: &Value) -> String {
-    format!("{OPEN}{}{CLOSE}", json!({"name": name, "arguments": arguments}))
+    let functions: Vec<Function<'_>> = tools.iter().map(Tool::function).collect();
+    function_calling::tool_section(&functions)
 }
 
 /// The conversation in the trace grammar. System and developer messages are the system prompt
@@ -650,8 +637,7 @@ fn messages(raw: &[Value], tools: &[Tool]) -> Result<Vec<Message>, BadRequest> {
                 let text = content.unwrap_or_default();
                 // A result that is JSON is shown as JSON, as the agent's own observations are.
                 let result = serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text));
-                let body = json!({"name": name, "result": result}).to_string();
-                observations.push(format!("<observation>{}</observation>", plain(&body)));
+                observations.push(function_calling::observation_text(&name, &result));
             }
             other => {
                 return Err(BadRequest(format!(
@@ -662,8 +648,7 @@ fn messages(raw: &[Value], tools: &[Tool]) -> Result<Vec<Message>, BadRequest> {
     }
     flush(&mut observations, &mut out);
     if !listed {
-        let preamble = "You answer questions with tools. Think in <think>...</think>.";
-        out.insert(0, Message::system(format!("{preamble} {}", tool_section(tools))));
+        out.insert(0, Message::system(format!("{} {}", function_calling::PREAMBLE, tool_section(tools))));
     }
     Ok(out)
 }

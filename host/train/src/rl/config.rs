@@ -202,6 +202,10 @@ pub struct RlConfig {
     pub simulate: Option<SimulatorConfig>,
     /// Sample rollouts on an external engine instead of in this process. By default none.
     pub engine: Option<EngineConfig>,
+    /// Tool-call tasks (JSON lines that `toolsmith train tools` writes) instead of the worlds'
+    /// tasks: the `toolcall` method trains on these and only these. By default none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_tasks: Option<std::path::PathBuf>,
     /// A checkpoint every this many iterations (and at the end). By default 5.
     pub checkpoint_every: u64,
     /// What every run sets: the starting policy (a checkpoint directory, an SFT run's `final`, or
@@ -307,6 +311,7 @@ impl RlConfig {
             graph: None,
             simulate: None,
             engine: None,
+            call_tasks: None,
             checkpoint_every: 5,
             run: RunSettings::default(),
         };
@@ -467,6 +472,14 @@ impl RlConfig {
             && !(e.tis_cap >= 1.0 && e.tis_cap.is_finite())
         {
             return bad(format!("engine.tis_cap must be a number >= 1, got {}", e.tis_cap));
+        }
+        let toolcall = self.method == crate::rl::Method::TOOLCALL;
+        if toolcall != self.call_tasks.is_some() {
+            return bad(if toolcall {
+                "method toolcall trains on tool-call tasks (call_tasks): run it through `toolsmith train tools`".into()
+            } else {
+                format!("call_tasks are tool-call tasks, which only method toolcall trains on (method is {})", self.method)
+            });
         }
         if self.max_turns == 0 || self.max_tokens == 0 || self.micro_batch_tokens == 0 {
             return bad("max_turns, max_tokens and micro_batch_tokens must be positive".into());

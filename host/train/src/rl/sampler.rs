@@ -39,6 +39,9 @@ pub struct TrainWorld {
     pub tasks: Vec<Task>,
     /// Their tools (simulated ones for MTR).
     pub tools: Arc<dyn Executor>,
+    /// Whether the tasks are tool-call tasks (`train tools`): each lists its own tools and its
+    /// episodes are [`crate::toolcall::episode`]'s, not the agent's.
+    pub calls: bool,
 }
 
 impl std::fmt::Debug for TrainWorld {
@@ -54,6 +57,14 @@ pub fn training_worlds(
     actor: Option<&ToolActor>,
     tools_for: &ToolsFor<'_>,
 ) -> Result<Vec<TrainWorld>, TrainError> {
+    if let Some(path) = &config.call_tasks {
+        let tasks: Vec<Task> = crate::toolcall::read_tasks(path)?.iter().map(|t| t.to_task()).collect();
+        if tasks.is_empty() {
+            return Err(TrainError::Config(format!("{}: no tool-call tasks", path.display())));
+        }
+        let tools: Arc<dyn Executor> = Arc::new(toolsmith_agent::tools::LocalTools::new());
+        return Ok(vec![TrainWorld { tasks, tools, calls: true }]);
+    }
     config
         .worlds
         .seeds
@@ -67,7 +78,7 @@ pub fn training_worlds(
             };
             let mut tasks = world.tasks_counted(&config.worlds.family_tasks);
             tasks.retain(|t| config.families.is_empty() || config.families.contains(&t.family));
-            Ok(TrainWorld { tasks, tools })
+            Ok(TrainWorld { tasks, tools, calls: false })
         })
         .collect()
 }
@@ -181,15 +192,7 @@ impl Sampler {
     /// mode, the run's budgets and tool format, and retrieval from the graph when there is one.
     pub fn agent(&self, world: usize, seed: u64, backend: Arc<dyn Backend>) -> Agent {
         let c = &self.config;
-        let generate = GenerateOptions {
-            max_tokens: c.max_tokens,
-            temperature: c.temperature,
-            top_p: c.top_p,
-            top_k: c.top_k,
-            repetition_penalty: c.repetition_penalty,
-            seed,
-            ..GenerateOptions::default()
-        };
+        let generate = self.generate_options(seed);
         let mut config = AgentConfig {
             mode: c.method.mode(),
             max_turns: c.max_turns,
@@ -206,6 +209,20 @@ impl Sampler {
             agent = agent.with_retriever(graph.retriever());
         }
         agent
+    }
+
+    /// The run's sampling settings with `seed`.
+    fn generate_options(&self, seed: u64) -> GenerateOptions {
+        let c = &self.config;
+        GenerateOptions {
+            max_tokens: c.max_tokens,
+            temperature: c.temperature,
+            top_p: c.top_p,
+            top_k: c.top_k,
+            repetition_penalty: c.repetition_penalty,
+            seed,
+            ..GenerateOptions::default()
+        }
     }
 
     /// The iteration's groups. With dynamic sampling, a group whose episodes are all right or
@@ -263,9 +280,23 @@ impl Sampler {
         for (k, (world, task)) in tasks.iter().enumerate() {
             for e in 0..c.group_size {
                 let seed = seed_of(&[c.run.seed, iteration, draw, k as u64, e as u64]);
+                if self.worlds.get(*world).is_some_and(|w| w.calls) {
+                    let backend = self.backend.clone();
+                    let options = self.generate_options(seed);
+                    let call_task = crate::toolcall::CallTask::from_golden(&task.golden_answers);
+                    let question = task.question.clone();
+                    futures.push(Box::pin(async move {
+                        match call_task {
+                            Some(t) => crate::toolcall::episode::run(backend.as_ref(), &t, &options).await,
+                            None => crate::toolcall::episode::failed(&question, "the task is not a tool-call task"),
+                        }
+                    })
+                        as std::pin::Pin<Box<dyn std::future::Future<Output = Trajectory> + Send + '_>>);
+                    continue;
+                }
                 let agent = self.agent(*world, seed, self.backend.clone());
                 let question = task.question.clone();
-                futures.push(async move { agent.run(&question).await });
+                futures.push(Box::pin(async move { agent.run(&question).await }));
             }
         }
         let mut episodes = futures_util::future::join_all(futures).await.into_iter();
@@ -440,7 +471,7 @@ impl Environment {
     /// `tools` are, e.g. a search over the file's corpus).
     pub fn with_tasks(mut self, tasks: Vec<Task>, tools: Arc<dyn Executor>) -> Environment {
         let Sampler { config, graph, backend, .. } = self.sampler;
-        self.sampler = Sampler { config, worlds: vec![TrainWorld { tasks, tools }], graph, backend };
+        self.sampler = Sampler { config, worlds: vec![TrainWorld { tasks, tools, calls: false }], graph, backend };
         self
     }
 }

@@ -16,6 +16,7 @@ pub mod gigpo;
 pub mod mempo;
 pub mod mtr;
 pub mod searl;
+pub mod toolcall;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -36,7 +37,7 @@ use crate::rl::reward::EpisodeReward;
 use crate::sequence::SequenceBuilder;
 
 /// Every method, in the order help texts list them. A new method is one line here.
-pub static METHODS: &[&MethodSpec] = &[&gap::METHOD, &searl::METHOD, &mempo::METHOD, &mtr::METHOD, &gigpo::METHOD];
+pub static METHODS: &[&MethodSpec] = &[&gap::METHOD, &searl::METHOD, &mempo::METHOD, &mtr::METHOD, &gigpo::METHOD, &toolcall::METHOD];
 
 /// A method as the table registers it.
 pub struct MethodSpec {
@@ -183,6 +184,8 @@ impl Method {
     pub const MEMPO: Method = Method(&mempo::METHOD);
     /// MTR.
     pub const MTR: Method = Method(&mtr::METHOD);
+    /// Tool calls from interfaces (`train tools`).
+    pub const TOOLCALL: Method = Method(&toolcall::METHOD);
 
     /// Every registered method.
     pub fn all() -> impl Iterator<Item = Method> {
