@@ -15,6 +15,7 @@ pub mod reference;
 pub mod serve;
 pub mod tools;
 pub mod train;
+pub mod train_tools;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -27,6 +27,11 @@ pub enum TrainCommand {
     /// Group-relative RL from a checkpoint: rollouts in groups, each method's rewards and
     /// advantages, clipped updates with KL to the starting policy, held-out evaluation.
     Rl(Box<RlArgs>),
+    /// Teach the policy your tools from their interfaces (MTR): tasks generated from the
+    /// registry's tools (`--from-registry`), a file's (`--tools`) and synthetic ones, SFT then RL
+    /// with a fine-grained call reward, a LoRA adapter that `serve --policy` serves with
+    /// `tool_calls`, and exact-call accuracy on tools it never saw.
+    Tools(Box<super::train_tools::ToolsArgs>),
     /// Draw a run's loss and held-out curves (SVG) and print its summary.
     Report {
         /// The run directory (`--out` of `train sft`).
@@ -37,7 +42,7 @@ pub enum TrainCommand {
     },
     /// Print the JSON Schema of the `train sft` (or `train rl`) config file.
     Schema {
-        /// `sft` or `rl`.
+        /// `sft`, `rl` or `tools`.
         #[arg(default_value = "sft")]
         kind: String,
     },
@@ -245,11 +250,15 @@ pub fn run(env: &Env, cmd: TrainCommand) -> Result<ExitCode> {
         TrainCommand::Sft(args) => sft_command(env, *args),
         TrainCommand::Report { run, out } => report_command(&run, out),
         TrainCommand::Rl(args) => rl_command(env, *args),
+        TrainCommand::Tools(args) => super::train_tools::run(env, *args),
         TrainCommand::Schema { kind } => {
             match kind.as_str() {
                 "sft" => super::print_json(&toolsmith_train::config::schema())?,
                 "rl" => super::print_json(&toolsmith_train::rl::config::schema())?,
-                other => bail!("no config schema {other:?}: sft or rl"),
+                "tools" => super::print_json(&toolsmith_train::config::schema_of::<
+                    toolsmith_train::toolcall::pipeline::ToolsConfig,
+                >())?,
+                other => bail!("no config schema {other:?}: sft, rl or tools"),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -514,7 +523,7 @@ fn rl_command(env: &Env, args: RlArgs) -> Result<ExitCode> {
 
 /// The first Ctrl-C stops training after the current step, with a checkpoint; a second one
 /// ends the process at once.
-fn stop_on_ctrl_c(cancel: Arc<AtomicBool>) {
+pub(crate) fn stop_on_ctrl_c(cancel: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         runtime.block_on(async {

@@ -47,6 +47,11 @@ pub struct Interface {
     /// Whether a real tool stands behind it (its results are the tool's own).
     #[serde(default)]
     pub real: bool,
+    /// Arguments of the manifest's examples: what a real tool is known to accept, drawn from
+    /// beside sampled values (a free-text `expression` sampled as words is nothing a calculator
+    /// evaluates).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<Value>,
 }
 
 fn any_object() -> Value {
@@ -62,6 +67,7 @@ impl Interface {
             parameters: m.input_schema.clone(),
             output_schema: m.output_schema.clone(),
             real,
+            examples: m.examples.iter().map(|e| e.input.clone()).filter(Value::is_object).collect(),
         }
     }
 

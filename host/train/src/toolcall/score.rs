@@ -228,6 +228,7 @@ mod tests {
                 "required": ["city"]}),
             output_schema: json!({"type": "object"}),
             real: false,
+            examples: Vec::new(),
         };
         CallTask {
             id: "t".into(),

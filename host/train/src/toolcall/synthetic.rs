@@ -318,7 +318,7 @@ fn tool_name(verb: &str, noun: &str, style: usize) -> String {
 
 fn description(verb: &str, noun: &str, params: &[&Param], style: usize) -> String {
     let article = if noun.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
-    let by = params.first().map(|p| format!(" given its {}", p.about)).unwrap_or_default();
+    let by = params.first().map(|p| format!(" given the {}", p.name.replace('_', " "))).unwrap_or_default();
     match style % 4 {
         0 => format!("{} {article} {noun}{by}.", capitalise(&third_person(verb))),
         1 => format!("{} {article} {noun}.", capitalise(verb)),
@@ -368,6 +368,7 @@ pub fn interfaces(split: Split, count: usize, seed: u64) -> Vec<Interface> {
             parameters,
             output_schema,
             real: false,
+            examples: Vec::new(),
         });
     }
     out

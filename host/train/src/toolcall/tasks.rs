@@ -185,6 +185,13 @@ pub fn generate(
 }
 
 fn draw(tool: &Interface, rng: &mut StdRng) -> Result<Map<String, Value>, String> {
+    if !tool.examples.is_empty() && rng.random_bool(0.7) {
+        let picked = tool.examples.choose(rng).and_then(Value::as_object).cloned().unwrap_or_default();
+        let valid = jsonschema::validator_for(&tool.parameters).is_ok_and(|v| v.is_valid(&Value::Object(picked.clone())));
+        if valid {
+            return Ok(picked);
+        }
+    }
     values::arguments(&tool.parameters, 0.4, rng).map_err(|e: Unsampleable| e.to_string())
 }
 
@@ -303,8 +310,8 @@ fn chain_pairs(tools: &[Interface]) -> Vec<(usize, usize, String)> {
             let Some(params) = b.parameters.get("properties").and_then(Value::as_object) else { continue };
             for (f, fs) in fields {
                 if let Some(ps) = params.get(f)
-                    && fs.get("type") == ps.get("type")
                     && fs.get("type").is_some()
+                    && accepts(ps, fs.get("type"))
                 {
                     out.push((i, j, f.clone()));
                 }
@@ -312,6 +319,14 @@ fn chain_pairs(tools: &[Interface]) -> Vec<(usize, usize, String)> {
         }
     }
     out
+}
+
+/// Whether a parameter's schema takes values of JSON `kind` (its type, or one of its branches').
+fn accepts(param: &Value, kind: Option<&Value>) -> bool {
+    param.get("type") == kind
+        || ["anyOf", "oneOf"].iter().any(|k| {
+            param.get(*k).and_then(Value::as_array).is_some_and(|bs| bs.iter().any(|b| b.get("type") == kind))
+        })
 }
 
 fn chained(
@@ -372,9 +387,18 @@ fn irrelevant(
     let style = rng.random_range(0..STYLES);
     let text = request(asked, &args, style, rng);
     let k = rng.random_range(1..=3);
-    let listed: Vec<Interface> = index.farthest(&tokens(&text), k).into_iter().map(|j| tools[j].clone()).collect();
-    if listed.iter().any(|t| t.name == asked.name) || listed.is_empty() {
-        return Err("the request's tool is listed".into());
+    // A listed tool that shares a parameter with the asked one might do the job: never listed.
+    let asked_params = parameter_names(asked);
+    let listed: Vec<Interface> = index
+        .farthest(&tokens(&text), tools.len())
+        .into_iter()
+        .map(|j| &tools[j])
+        .filter(|t| t.name != asked.name && parameter_names(t).iter().all(|p| !asked_params.contains(p)))
+        .take(k)
+        .cloned()
+        .collect();
+    if listed.is_empty() {
+        return Err("every tool is like the request's".into());
     }
     Ok(CallTask {
         id,
@@ -390,6 +414,10 @@ fn irrelevant(
     })
 }
 
+fn parameter_names(tool: &Interface) -> Vec<String> {
+    tool.parameters.get("properties").and_then(Value::as_object).map_or(Vec::new(), |p| p.keys().cloned().collect())
+}
+
 /// How many request phrasings there are.
 pub const STYLES: usize = 6;
 
@@ -397,7 +425,29 @@ pub const STYLES: usize = 6;
 pub fn purpose(description: &str) -> String {
     let first = description.split(['\n']).next().unwrap_or(description);
     let first = first.split(". ").next().unwrap_or(first).trim().trim_end_matches('.');
-    let mut s = first.to_string();
+    // Asides and what the tool gives back are not part of what is asked.
+    let mut bare = String::new();
+    let mut depth = 0_usize;
+    for ch in first.chars() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => bare.push(ch),
+            _ => {}
+        }
+    }
+    let mut first = bare.split_whitespace().collect::<Vec<_>>().join(" ").replace(" ,", ",");
+    for cut in [", and return", " and return", ", returning"] {
+        if let Some(i) = first.find(cut) {
+            first.truncate(i);
+        }
+    }
+    if first.split_whitespace().count() > 10
+        && let Some(i) = first.find(',')
+    {
+        first.truncate(i);
+    }
+    let mut s = first;
     for prefix in ["Use this tool to ", "Use this to ", "This tool ", "Tool that ", "A tool that ", "Function that "] {
         if let Some(rest) = s.strip_prefix(prefix) {
             s = rest.to_string();
@@ -417,8 +467,12 @@ pub fn purpose(description: &str) -> String {
     if rest.is_empty() { base } else { format!("{base} {rest}") }
 }
 
+/// Lower-cases the first letter, unless the word is an acronym ("IATA code" stays).
 fn lower_first(s: &str) -> String {
     let mut c = s.chars();
+    if s.chars().nth(1).is_some_and(char::is_uppercase) {
+        return s.to_string();
+    }
     c.next().map_or_else(String::new, |f| f.to_lowercase().chain(c).collect())
 }
 
@@ -664,6 +718,7 @@ mod tests {
             parameters: serde_json::json!({"type": "object", "properties": {"x": {"not": {"type": "string"}}}, "required": ["x"]}),
             output_schema: serde_json::json!({"type": "object"}),
             real: false,
+            examples: Vec::new(),
         });
         let g = generate(&pool, &[], Mix::each(2), 2, &SchemaObserver, "t").expect("tasks");
         assert_eq!(g.skipped.len(), 1);
@@ -683,5 +738,13 @@ mod tests {
         assert_eq!(purpose("Evaluates an arithmetic expression."), "evaluate an arithmetic expression");
         assert_eq!(purpose("Fetches the page. More text"), "fetch the page");
         assert_eq!(humanize("departureAirport"), "departure airport");
+        assert_eq!(
+            purpose("Evaluates an arithmetic expression with operator precedence, parentheses, functions (sqrt, exp, ...) and constants (pi, e), and returns its value as a number."),
+            "evaluate an arithmetic expression with operator precedence"
+        );
+        assert_eq!(
+            purpose("Selects values from a JSON document with a JSONPath query (RFC 9535: $.a.b) and returns the matches."),
+            "select values from a JSON document with a JSONPath query"
+        );
     }
 }

@@ -138,30 +138,20 @@ impl<'a> Sampler<'a> {
                 let Some(branch) = branches.get(i) else {
                     return Err(Unsampleable::Unsatisfiable { at: at.into(), why: format!("empty {key}") });
                 };
-                return self.draw(branch, &format!("{at}/{key}/{i}"), name, depth + 1);
+                // The branch with what its parent says beside the choice (a shared `type`, shared
+                // properties), as a validator reads them together.
+                let mut rest = obj.clone();
+                rest.remove(key);
+                let merged = merge(rest, std::slice::from_ref(branch));
+                return self.draw(&Value::Object(merged), &format!("{at}/{key}/{i}"), name, depth + 1);
             }
         }
         if let Some(Value::Array(parts)) = obj.get("allOf") {
             // Object parts merge (the common use: a base object and an extension); anything else
-            // is drawn from the first part and left to validation.
-            let mut merged = obj.clone();
-            merged.remove("allOf");
-            for part in parts {
-                if let Some(p) = part.as_object() {
-                    for (k, v) in p {
-                        match (merged.get_mut(k), v) {
-                            (Some(Value::Object(have)), Value::Object(add)) => {
-                                have.extend(add.iter().map(|(a, b)| (a.clone(), b.clone())))
-                            }
-                            (Some(Value::Array(have)), Value::Array(add)) => have.extend(add.iter().cloned()),
-                            _ => {
-                                merged.insert(k.clone(), v.clone());
-                            }
-                        }
-                    }
-                }
-            }
-            return self.draw(&Value::Object(merged), at, name, depth + 1);
+            // is drawn from the merge and left to validation.
+            let mut rest = obj.clone();
+            rest.remove("allOf");
+            return self.draw(&Value::Object(merge(rest, parts)), at, name, depth + 1);
         }
         if let Some(d) = obj.get("default")
             && self.rng.random_bool(0.15)
@@ -254,6 +244,26 @@ impl<'a> Sampler<'a> {
         }
         Ok(Value::Object(out))
     }
+}
+
+/// `base` with each of `parts`' keywords: objects (`properties`) merge key by key, arrays
+/// (`required`) concatenate, anything else the part's wins.
+fn merge(mut base: Map<String, Value>, parts: &[Value]) -> Map<String, Value> {
+    for part in parts {
+        let Some(p) = part.as_object() else { continue };
+        for (k, v) in p {
+            match (base.get_mut(k), v) {
+                (Some(Value::Object(have)), Value::Object(add)) => {
+                    have.extend(add.iter().map(|(a, b)| (a.clone(), b.clone())))
+                }
+                (Some(Value::Array(have)), Value::Array(add)) => have.extend(add.iter().cloned()),
+                _ => {
+                    base.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    base
 }
 
 /// The schema's type (one of a list, `null` last).
@@ -387,6 +397,14 @@ pub fn arguments(parameters: &Value, optional: f64, rng: &mut StdRng) -> Result<
     }
     let mut out = Map::new();
     let mut sampler = Sampler::new(parameters, rng);
+    if props.is_empty() && ["oneOf", "anyOf", "allOf", "$ref"].iter().any(|k| parameters.get(*k).is_some()) {
+        // Arguments that are one of several shapes: the whole schema is drawn at once.
+        let v = sampler.value(parameters, "", "arguments")?;
+        if let Some(e) = validator.iter_errors(&v).next() {
+            return Err(Unsampleable::Invalid { why: format!("{e} at {}", e.instance_path()) });
+        }
+        return v.as_object().cloned().ok_or(Unsampleable::Invalid { why: "the arguments are not an object".into() });
+    }
     for (k, s) in &props {
         let pick = required.contains(k) || sampler.rng.random_bool(optional);
         // Draw optional ones too, so that a schema the sampler cannot read is found on every call.
