@@ -403,11 +403,11 @@ fn rl_settings_are_checked() {
     args[3] = "sorcery";
     let err = failed(&run(&args));
     // The choices come from the trainer's table of methods.
-    assert!(err.contains("'sorcery'") && err.contains("gap, searl, mempo, mtr, gigpo"), "{err}");
+    assert!(err.contains("'sorcery'") && err.contains("gap, searl, mempo, mtr, gigpo, toolcall"), "{err}");
     let config = dir.path().join("rl.toml");
     std::fs::write(&config, "method = \"sorcery\"\n").expect("write");
     let err = failed(&run(&["train", "rl", "--config", config.to_str().expect("utf-8"), "--out", out_str]));
-    assert!(err.contains("unknown method \"sorcery\": gap, searl, mempo, mtr or gigpo"), "{err}");
+    assert!(err.contains("unknown method \"sorcery\": gap, searl, mempo, mtr, gigpo or toolcall"), "{err}");
     std::fs::write(&config, "method = \"mtr\"\ngroup_size = 1\n").expect("write");
     let err = failed(&run(&["train", "rl", "--config", config.to_str().expect("utf-8"), "--out", out_str]));
     assert!(err.contains("group_size must be at least 2"), "{err}");

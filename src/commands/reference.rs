@@ -92,6 +92,13 @@ fn config() -> Result<String> {
              picks them); `toolsmith train schema rl` prints the JSON Schema. Unknown keys are errors.",
             toolsmith_train::rl::config::schema(),
         ),
+        (
+            "`train tools` config",
+            "A JSON file for `toolsmith train tools --config FILE` (a preset's settings are written to \
+             `RUN/tools.json`); flags override it; `toolsmith train schema tools` prints the JSON Schema. \
+             Unknown keys are errors.",
+            toolsmith_train::config::schema_of::<toolsmith_train::toolcall::pipeline::ToolsConfig>(),
+        ),
     ];
     for (title, intro, schema) in pages {
         let _ = write!(out, "\n## {title}\n\n{intro}\n\n");

@@ -14,7 +14,7 @@ use toolsmith_agent::tools::{Executor, LocalTools};
 use toolsmith_sandbox::Limits;
 use toolsmith_train::metrics::Record;
 use toolsmith_train::toolcall::Interface;
-use toolsmith_train::toolcall::pipeline::{self, Inputs, Row, ToolsConfig, ToolsEvent};
+use toolsmith_train::toolcall::pipeline::{self, Inputs, Observations, Row, ToolsConfig, ToolsEvent};
 use toolsmith_train::toolcall::tasks::{Observer, SchemaObserver};
 use toolsmith_train::{DeviceChoice, Event, Init};
 
@@ -68,6 +68,11 @@ pub struct ToolsArgs {
     /// Do not evaluate the starting policy.
     #[arg(long)]
     pub no_base_eval: bool,
+    /// What answers interfaces without a real tool: `schema` (a value of the output schema,
+    /// seeded by the call) or `actor` (MTR's ToolActor: the starting policy decoding under the
+    /// output schema).
+    #[arg(long, value_parser = ["schema", "actor"])]
+    pub observations: Option<String>,
 }
 
 fn resolve(args: &ToolsArgs) -> Result<ToolsConfig> {
@@ -108,22 +113,22 @@ fn resolve(args: &ToolsArgs) -> Result<ToolsConfig> {
     if args.no_base_eval {
         config.eval_base = false;
     }
+    match args.observations.as_deref() {
+        Some("actor") => config.observations = Observations::Actor,
+        Some(_) => config.observations = Observations::Schema,
+        None => {}
+    }
     Ok(config)
 }
 
-/// Answers calls with real tools, and from the output schema where no real tool stands behind
-/// an interface.
+/// Answers calls with the real tools (the pipeline asks it only about tools marked real).
 struct ExecutorObserver {
     tools: Arc<dyn Executor>,
-    names: Vec<String>,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Observer for ExecutorObserver {
     fn observe(&self, tool: &Interface, arguments: &Map<String, Value>) -> std::result::Result<Value, String> {
-        if !self.names.contains(&tool.name) {
-            return SchemaObserver.observe(tool, arguments);
-        }
         let args = Value::Object(arguments.clone());
         let result = self.runtime.block_on(self.tools.call(&tool.name, &args));
         result.value.map_err(|e| format!("{}: {}", e.kind, e.message))
@@ -131,9 +136,8 @@ impl Observer for ExecutorObserver {
 }
 
 fn observer(tools: Arc<dyn Executor>) -> Result<ExecutorObserver> {
-    let names = tools.manifests().into_iter().map(|m| m.name.as_str().to_string()).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    Ok(ExecutorObserver { tools, names, runtime })
+    Ok(ExecutorObserver { tools, runtime })
 }
 
 /// The user's interfaces and what answers them.

@@ -86,7 +86,7 @@ pub struct IterationMetrics {
     pub iteration: u64,
     /// Mean episode reward of the groups trained on.
     pub reward: f64,
-    /// Exact-match rate of every episode sampled.
+    /// Exact-match rate of every episode sampled (exact calls, for tool-call tasks).
     pub em: f64,
     /// Groups trained on, and groups dropped by dynamic sampling.
     pub groups: usize,

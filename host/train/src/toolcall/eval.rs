@@ -42,6 +42,19 @@ pub struct Report {
     pub overall: Accuracy,
 }
 
+/// One evaluated episode: what the policy wrote, turn by turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transcript {
+    /// The task.
+    pub id: String,
+    /// Its family.
+    pub family: CallFamily,
+    /// Each turn's text.
+    pub turns: Vec<String>,
+    /// Whether the calls were exact.
+    pub exact: bool,
+}
+
 /// How to decode.
 #[derive(Debug, Clone, Copy)]
 pub struct Decoding {
@@ -57,6 +70,7 @@ struct Episode<'a> {
     task: &'a CallTask,
     history: Vec<Message>,
     turns: Vec<Vec<Predicted>>,
+    texts: Vec<String>,
     done: bool,
 }
 
@@ -68,12 +82,13 @@ fn grammar_of(tools: &[Interface]) -> Option<Arc<TurnGrammar>> {
 }
 
 /// Runs every task and counts exact episodes by family; `progress` is told each finished task.
+/// The transcripts come in the order of `tasks`.
 pub fn evaluate(
     policy: &Policy,
     tasks: &[CallTask],
     decoding: Decoding,
     progress: &dyn Fn(usize),
-) -> Result<Report, TrainError> {
+) -> Result<(Report, Vec<Transcript>), TrainError> {
     let table = if decoding.constrained { Some(TokenTable::new(policy.tokenizer())?) } else { None };
     let mut episodes: Vec<Episode<'_>> = tasks
         .iter()
@@ -81,6 +96,7 @@ pub fn evaluate(
             task: t,
             history: vec![Message::system(t.system()), Message::user(&t.request)],
             turns: Vec::new(),
+            texts: Vec::new(),
             done: false,
         })
         .collect();
@@ -119,6 +135,7 @@ pub fn evaluate(
                 e.history.push(Message::assistant(&text));
                 e.history.push(Message::user(observation(&calls, &seen)));
                 e.turns.push(calls);
+                e.texts.push(text);
                 if !go_on {
                     e.done = true;
                     progress(1);
@@ -130,15 +147,17 @@ pub fn evaluate(
     for family in CallFamily::ALL {
         report.families.insert(family.name().into(), Accuracy::default());
     }
-    for e in &episodes {
+    let mut transcripts = Vec::with_capacity(episodes.len());
+    for e in episodes {
         let exact = episode_exact(e.task, &e.turns);
         for a in [report.families.entry(e.task.family.name().into()).or_default(), &mut report.overall] {
             a.tasks += 1;
             a.exact += usize::from(exact);
         }
+        transcripts.push(Transcript { id: e.task.id.clone(), family: e.task.family, turns: e.texts, exact });
     }
     report.families.retain(|_, a| a.tasks > 0);
-    Ok(report)
+    Ok((report, transcripts))
 }
 
 /// A report as one line: `single 0.62 (31/50) · choice ...`.

@@ -71,6 +71,16 @@ impl Interface {
         }
     }
 
+    /// As a manifest (what the ToolActor simulates), its name in snake_case.
+    pub fn manifest(&self) -> Result<Manifest, String> {
+        // Manifest names are snake_case; the name only labels the simulation's prompt.
+        let name = tasks::humanize(&self.name).to_lowercase().replace(' ', "_");
+        serde_json::from_value(serde_json::json!({
+            "name": name, "version": "0.0.0", "description": self.description,
+            "input_schema": self.parameters, "output_schema": self.output_schema, "kind": "simulated"}))
+        .map_err(|e| format!("`{}` cannot be simulated: {e}", self.name))
+    }
+
     /// As the shared rendering takes it.
     pub fn function(&self) -> Function<'_> {
         Function { name: &self.name, description: &self.description, parameters: &self.parameters }
@@ -206,9 +216,14 @@ pub fn read_tasks(path: &std::path::Path) -> Result<Vec<CallTask>, crate::TrainE
 
 /// Writes tasks as JSON lines.
 pub fn write_tasks(path: &std::path::Path, tasks: &[CallTask]) -> Result<(), crate::TrainError> {
+    write_lines(path, tasks)
+}
+
+/// Writes anything serialisable as JSON lines.
+pub(crate) fn write_lines<T: Serialize>(path: &std::path::Path, items: &[T]) -> Result<(), crate::TrainError> {
     let mut text = String::new();
-    for t in tasks {
-        text.push_str(&serde_json::to_string(t).map_err(|e| crate::TrainError::Config(e.to_string()))?);
+    for item in items {
+        text.push_str(&serde_json::to_string(item).map_err(|e| crate::TrainError::Config(e.to_string()))?);
         text.push('\n');
     }
     std::fs::write(path, text).map_err(|e| crate::TrainError::io(path, e))

@@ -7,7 +7,8 @@
 //! 2. **SFT** on the tasks' golden conversations (`RUN/sft`).
 //! 3. **RL** from the SFT checkpoint with the `toolcall` method (`RUN/rl`).
 //! 4. **Evaluation**: exact-call accuracy by family of the base, SFT and RL policies on every
-//!    held-out set, with and without schema-constrained decoding (`RUN/eval.json`).
+//!    held-out set, with and without schema-constrained decoding (`RUN/eval.json`; what each
+//!    policy wrote in `RUN/eval/POLICY-SET-DECODING.jsonl`).
 //!
 //! Each stage that finished is kept: running the command again on the same directory skips it
 //! (its final checkpoint is there) and resumes the stage that was interrupted.
@@ -22,7 +23,7 @@ use toolsmith_policy::Policy;
 use super::eval::{Decoding, Report, evaluate};
 use super::synthetic::{self, Split};
 use super::tasks::{Generated, Mix, Observer, SchemaObserver, Skipped, generate};
-use super::{CallTask, Interface, write_tasks};
+use super::{CallTask, Interface, write_lines, write_tasks};
 use crate::config::{DataConfig, SftConfig};
 use crate::rl::{Method, RlConfig, RlTrainer};
 use crate::settings::{Init, RunSettings};
@@ -64,6 +65,10 @@ pub struct ToolsConfig {
     pub eval_batch: usize,
     /// Evaluate the starting policy too.
     pub eval_base: bool,
+    /// What answers interfaces no real tool stands behind (synthetic ones, a file's): `schema`
+    /// (a value of the output schema, seeded by the call) or `actor` (MTR's ToolActor: the
+    /// starting policy decoding under the output schema; slower, a policy's idea of a result).
+    pub observations: Observations,
     /// What every run sets: the starting model, seed, device, threads, LoRA.
     #[serde(flatten)]
     pub run: RunSettings,
@@ -101,31 +106,41 @@ impl ToolsConfig {
                     max_tokens: 24,
                     eval_batch: 16,
                     eval_base: true,
+                    observations: Observations::Schema,
                     run,
                 })
             }
             "smol-tools" => {
                 run.init = Init::Named("smollm2-135m".into());
                 run.set_lora_rank(16);
+                // Adapters on the top 10 of 30 layers: the backward pass stops there, about 2x
+                // the step rate of adapters on every layer here (335 tokens/s with all 30).
+                run.trainable_layers = Some(10);
                 Ok(ToolsConfig {
                     interface_seed: 1,
                     train_interfaces: 120,
                     heldout_interfaces: 36,
                     // Irrelevance and choice are where small models fail (they call something);
-                    // chained tasks are two turns each.
-                    train_tasks: Mix { single: 160, choice: 200, parallel: 120, chained: 100, irrelevant: 140 },
+                    // chained tasks are two turns each. About one pass over 1,120 tasks (the first
+                    // version passed twice over 720; docs/experiments has both).
+                    train_tasks: Mix { single: 260, choice: 300, parallel: 180, chained: 160, irrelevant: 220 },
                     own_tasks: Mix::each(40),
                     heldout_tasks: Mix::each(20),
-                    sft_steps: 120,
+                    sft_steps: 110,
                     sft_lr: 1e-3,
                     sft_batch_tokens: 4096,
-                    rl_iterations: 8,
+                    // An iteration of 32 short episodes takes 10-15 s here; 8 left the policy
+                    // where SFT had put it.
+                    rl_iterations: 24,
                     rl_tasks: 8,
                     rl_group: 4,
-                    rl_lr: 1e-4,
+                    rl_lr: 2e-4,
                     max_tokens: 96,
                     eval_batch: 16,
                     eval_base: true,
+                    // The ToolActor decodes up to 96 tokens per result: about 900 results at
+                    // SmolLM2's speed here would outlast the rest of the preset.
+                    observations: Observations::Schema,
                     run,
                 })
             }
@@ -134,12 +149,49 @@ impl ToolsConfig {
     }
 }
 
+/// What answers calls of interfaces without a real tool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Observations {
+    /// A value of the output schema, seeded by the call.
+    #[default]
+    Schema,
+    /// The ToolActor: the starting policy under the output schema's grammar.
+    Actor,
+}
+
+/// MTR's ToolActor as an observer: the frozen starting policy, decoding greedily under the
+/// tool's output schema, so every observation validates.
+struct ActorObserver {
+    actor: toolsmith_agent::simulate::ToolActor,
+}
+
+impl Observer for ActorObserver {
+    fn observe(&self, tool: &Interface, arguments: &serde_json::Map<String, serde_json::Value>) -> Result<serde_json::Value, String> {
+        let manifest = tool.manifest()?;
+        self.actor.simulate_blocking(&manifest, &serde_json::Value::Object(arguments.clone())).map_err(|e| e.message)
+    }
+}
+
+/// Real tools by their observer, the others by the simulated one.
+struct ByKind<'a> {
+    real: &'a dyn Observer,
+    simulated: &'a dyn Observer,
+}
+
+impl Observer for ByKind<'_> {
+    fn observe(&self, tool: &Interface, arguments: &serde_json::Map<String, serde_json::Value>) -> Result<serde_json::Value, String> {
+        if tool.real { self.real.observe(tool, arguments) } else { self.simulated.observe(tool, arguments) }
+    }
+}
+
 /// The user's tools and the real tools evaluated but never trained on.
 #[allow(missing_debug_implementations)] // observers: nothing to show
 pub struct Inputs<'a> {
     /// Tools to teach (the registry's, or a file's); may be empty.
     pub own: Vec<Interface>,
-    /// What they return (the real tools where they are plugins).
+    /// What the real ones among them return (those marked [`Interface::real`]; the others are
+    /// answered as [`ToolsConfig::observations`] says).
     pub own_observer: &'a dyn Observer,
     /// Real tools held out of training (the bundled plugins in the benchmark).
     pub real: Vec<Interface>,
@@ -225,6 +277,23 @@ pub fn run(
     // The user's and the real tools are held out of the synthetic sets' irrelevant requests'
     // listings; the synthetic training split asks for held-in tools only.
     let elsewhere = synthetic::interfaces(Split::Train, config.train_interfaces, s.wrapping_add(2));
+    let actor;
+    let simulated: &dyn Observer = match config.observations {
+        Observations::Schema => &SchemaObserver,
+        Observations::Actor => {
+            let policy = load(config, &config.run.init)?;
+            let params = toolsmith_policy::SamplingParams {
+                max_new_tokens: 96,
+                seed: config.run.seed,
+                ..toolsmith_policy::SamplingParams::default()
+            };
+            let frozen = Arc::new(std::sync::Mutex::new(policy));
+            actor = ActorObserver { actor: toolsmith_agent::simulate::ToolActor::new(frozen, params)? };
+            &actor
+        }
+    };
+    let own_observer = ByKind { real: inputs.own_observer, simulated };
+    let real_observer = ByKind { real: inputs.real_observer, simulated };
     let mut skipped = Vec::new();
     let mut train: Vec<CallTask> = Vec::new();
     let mut sets: Vec<(&str, Vec<CallTask>)> = Vec::new();
@@ -233,35 +302,35 @@ pub fn run(
     };
     let g = tasks_or_refuse(
         "synthetic training tasks",
-        generate(&train_pool, &elsewhere, config.train_tasks, s, &SchemaObserver, "train"),
+        generate(&train_pool, &elsewhere, config.train_tasks, s, simulated, "train"),
     )?;
     report("train", &g, on_event);
     train.extend(g.tasks);
     if !inputs.own.is_empty() {
         let g = tasks_or_refuse(
             "your tools",
-            generate(&inputs.own, &train_pool, config.own_tasks, s ^ 0x0A, inputs.own_observer, "own"),
+            generate(&inputs.own, &train_pool, config.own_tasks, s ^ 0x0A, &own_observer, "own"),
         )?;
         report("own", &g, on_event);
         skipped.extend(g.skipped.clone());
         train.extend(g.tasks);
         let g = tasks_or_refuse(
             "your tools (held out)",
-            generate(&inputs.own, &heldout_pool, config.heldout_tasks, s ^ 0x0B, inputs.own_observer, "yours"),
+            generate(&inputs.own, &heldout_pool, config.heldout_tasks, s ^ 0x0B, &own_observer, "yours"),
         )?;
         report("yours", &g, on_event);
         sets.push(("yours", g.tasks));
     }
     let g = tasks_or_refuse(
         "synthetic held-out tasks",
-        generate(&heldout_pool, &train_pool, config.heldout_tasks, s ^ 0x0C, &SchemaObserver, "heldout"),
+        generate(&heldout_pool, &train_pool, config.heldout_tasks, s ^ 0x0C, simulated, "heldout"),
     )?;
     report("synthetic", &g, on_event);
     sets.push(("synthetic", g.tasks));
     if !inputs.real.is_empty() {
         let g = tasks_or_refuse(
             "real tools",
-            generate(&inputs.real, &heldout_pool, config.heldout_tasks, s ^ 0x0D, inputs.real_observer, "real"),
+            generate(&inputs.real, &heldout_pool, config.heldout_tasks, s ^ 0x0D, &real_observer, "real"),
         )?;
         report("real", &g, on_event);
         skipped.extend(g.skipped.clone());
@@ -351,6 +420,8 @@ pub fn run(
     if config.rl_iterations > 0 {
         policies.push(("rl", Init::Dir(adapter.clone())));
     }
+    let eval_dir = out.join("eval");
+    std::fs::create_dir_all(&eval_dir).map_err(|e| TrainError::io(&eval_dir, e))?;
     let total = 2 * policies.len() * sets.iter().map(|(_, t)| t.len()).sum::<usize>();
     let mut done = 0;
     let mut rows = Vec::new();
@@ -360,9 +431,12 @@ pub fn run(
             for constrained in [false, true] {
                 let decoding = Decoding { constrained, max_tokens: config.max_tokens, batch: config.eval_batch };
                 let counted = std::cell::Cell::new(done);
-                let report = evaluate(&policy, tasks, decoding, &|n| {
+                let (report, transcripts) = evaluate(&policy, tasks, decoding, &|n| {
                     counted.set(counted.get() + n);
                 })?;
+                let decoded = if constrained { "constrained" } else { "free" };
+                let file = out.join("eval").join(format!("{name}-{set}-{decoded}.jsonl"));
+                write_lines(&file, &transcripts)?;
                 done = counted.get();
                 on_event(ToolsEvent::Evaluated { done, total });
                 let row = Row { policy: name.into(), set: (*set).into(), constrained, report };

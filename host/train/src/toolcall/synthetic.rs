@@ -305,14 +305,35 @@ fn capitalise(s: &str) -> String {
     c.next().map_or_else(String::new, |f| f.to_uppercase().chain(c).collect())
 }
 
-/// A tool name from a verb and a noun in one of four styles.
-fn tool_name(verb: &str, noun: &str, style: usize) -> String {
+/// Syllables of made-up product names.
+const SYLLABLES: [&str; 24] = [
+    "ka", "lo", "ver", "tan", "mi", "sor", "del", "pra", "zu", "nel", "qua", "rim", "bo", "tek", "sa", "lin", "ox",
+    "fa", "gri", "mon", "du", "vel", "pi", "har",
+];
+
+fn brand(rng: &mut StdRng) -> String {
+    let n = rng.random_range(2..=3);
+    (0..n).filter_map(|_| SYLLABLES.choose(rng).copied()).collect()
+}
+
+/// A tool name in one of eight styles. Half of them cannot be read off a request (a product
+/// name, a domain and a verb, a noun and a kind of service): a policy that learned to spell the
+/// request's verb and noun as a name would call tools that do not exist, as it did before
+/// these styles (held-out real tools' names were invented 20 times of 20).
+fn tool_name(domain: &str, verb: &str, noun: &str, style: usize, rng: &mut StdRng) -> String {
     let words: Vec<&str> = verb.split(' ').chain(noun.split(' ')).collect();
-    match style % 4 {
+    match style % 8 {
         0 => words.join("_"),
         1 => words.join("-"),
         2 => words.iter().enumerate().map(|(i, w)| if i == 0 { (*w).to_string() } else { capitalise(w) }).collect(),
-        _ => words.iter().map(|w| capitalise(w)).collect(),
+        3 => words.iter().map(|w| capitalise(w)).collect(),
+        4 => format!("{domain}_{}", verb.split(' ').next().unwrap_or(verb)),
+        5 => brand(rng),
+        6 => format!("{}_{}", brand(rng), verb.replace(' ', "_")),
+        _ => {
+            let kind = ["desk", "hub", "api", "tool", "service"].choose(rng).copied().unwrap_or("tool");
+            format!("{}_{kind}", noun.replace(' ', "_"))
+        }
     }
 }
 
@@ -323,7 +344,11 @@ fn description(verb: &str, noun: &str, params: &[&Param], style: usize) -> Strin
         0 => format!("{} {article} {noun}{by}.", capitalise(&third_person(verb))),
         1 => format!("{} {article} {noun}.", capitalise(verb)),
         2 => format!("Use this to {verb} {article} {noun}{by}."),
-        _ => format!("{} {article} {noun}. Returns what the service recorded.", capitalise(&third_person(verb))),
+        _ => format!(
+            "{} {article} {noun} in the records of the service{by}; the other arguments are optional. Returns \
+             what the service recorded (an object).",
+            capitalise(&third_person(verb))
+        ),
     }
 }
 
@@ -340,8 +365,8 @@ pub fn interfaces(split: Split, count: usize, seed: u64) -> Vec<Interface> {
         attempts += 1;
         let Some(domain) = pool.choose(&mut rng) else { break };
         let (Some(verb), Some(noun)) = (domain.verbs.choose(&mut rng), domain.nouns.choose(&mut rng)) else { continue };
-        let style = rng.random_range(0..16);
-        let name = tool_name(verb, noun, style);
+        let style = rng.random_range(0..32);
+        let name = tool_name(domain.name, verb, noun, style, &mut rng);
         if !names.insert(name.to_ascii_lowercase().replace(['-', '_'], "")) {
             continue;
         }
@@ -364,7 +389,7 @@ pub fn interfaces(split: Split, count: usize, seed: u64) -> Vec<Interface> {
         let output_schema = json!({"type": "object", "properties": outputs, "required": fields});
         out.push(Interface {
             name,
-            description: description(verb, noun, inputs, style / 4),
+            description: description(verb, noun, inputs, style / 8),
             parameters,
             output_schema,
             real: false,

@@ -354,10 +354,10 @@ fn chained(
     rest.remove(field);
     let label = label_of(b, field, rng);
     let then = if rest.is_empty() {
-        format!("Then {} using the {label} from that result.", purpose(&b.description))
+        format!("Then {} using the {label} from that result.", purpose(&b.name, &b.description))
     } else {
         let stated: Vec<String> = rest.iter().map(|(k, v)| format!("{} {}", label_of(b, k, rng), verbal(v, style))).collect();
-        format!("Then {} with the {label} from that result, and {}.", purpose(&b.description), and_list(&stated))
+        format!("Then {} with the {label} from that result, and {}.", purpose(&b.name, &b.description), and_list(&stated))
     };
     let mut listed = vec![a.clone(), b.clone()];
     listed.shuffle(rng);
@@ -406,7 +406,7 @@ fn irrelevant(
         request: text,
         answer: format!(
             "None of the available tools can {}, so I cannot do this with them.",
-            purpose(&asked.description)
+            purpose(&asked.name, &asked.description)
         ),
         tools: listed,
         turns: vec![Vec::new()],
@@ -422,7 +422,7 @@ fn parameter_names(tool: &Interface) -> Vec<String> {
 pub const STYLES: usize = 6;
 
 /// The tool's description as an imperative phrase: "Looks up a flight." -> "look up a flight".
-pub fn purpose(description: &str) -> String {
+pub fn purpose(name: &str, description: &str) -> String {
     let first = description.split(['\n']).next().unwrap_or(description);
     let first = first.split(". ").next().unwrap_or(first).trim().trim_end_matches('.');
     // Asides and what the tool gives back are not part of what is asked.
@@ -446,6 +446,11 @@ pub fn purpose(description: &str) -> String {
         && let Some(i) = first.find(',')
     {
         first.truncate(i);
+    }
+    // "Text utilities: regex find, replace, split" names a kit rather than an action.
+    if let Some((_, rest)) = first.split_once(": ") {
+        let what = rest.split(',').next().unwrap_or(rest).trim();
+        return format!("use the {name} tool for {what}");
     }
     let mut s = first;
     for prefix in ["Use this tool to ", "Use this to ", "This tool ", "Tool that ", "A tool that ", "Function that "] {
@@ -548,7 +553,7 @@ fn and_list(items: &[String]) -> String {
 
 /// A request for `tool` with `args`, in phrasing `style`.
 pub fn request(tool: &Interface, args: &Map<String, Value>, style: usize, rng: &mut StdRng) -> String {
-    let what = purpose(&tool.description);
+    let what = purpose(&tool.name, &tool.description);
     let mut pairs: Vec<(String, String)> = args.iter().map(|(k, v)| (label_of(tool, k, rng), verbal(v, style))).collect();
     pairs.shuffle(rng);
     let joined = |f: &dyn Fn(&(String, String)) -> String| and_list(&pairs.iter().map(f).collect::<Vec<_>>());
@@ -733,17 +738,18 @@ mod tests {
 
     #[test]
     fn purposes_read_as_imperatives() {
-        assert_eq!(purpose("Looks up a flight given its number."), "look up a flight given its number");
-        assert_eq!(purpose("Use this to book a flight."), "book a flight");
-        assert_eq!(purpose("Evaluates an arithmetic expression."), "evaluate an arithmetic expression");
-        assert_eq!(purpose("Fetches the page. More text"), "fetch the page");
+        assert_eq!(purpose("t", "Looks up a flight given its number."), "look up a flight given its number");
+        assert_eq!(purpose("t", "Use this to book a flight."), "book a flight");
+        assert_eq!(purpose("t", "Evaluates an arithmetic expression."), "evaluate an arithmetic expression");
+        assert_eq!(purpose("t", "Fetches the page. More text"), "fetch the page");
         assert_eq!(humanize("departureAirport"), "departure airport");
+        assert_eq!(purpose("text", "Text utilities: regex find, replace, split."), "use the text tool for regex find");
         assert_eq!(
-            purpose("Evaluates an arithmetic expression with operator precedence, parentheses, functions (sqrt, exp, ...) and constants (pi, e), and returns its value as a number."),
+            purpose("t", "Evaluates an arithmetic expression with operator precedence, parentheses, functions (sqrt, exp, ...) and constants (pi, e), and returns its value as a number."),
             "evaluate an arithmetic expression with operator precedence"
         );
         assert_eq!(
-            purpose("Selects values from a JSON document with a JSONPath query (RFC 9535: $.a.b) and returns the matches."),
+            purpose("t", "Selects values from a JSON document with a JSONPath query (RFC 9535: $.a.b) and returns the matches."),
             "select values from a JSON document with a JSONPath query"
         );
     }

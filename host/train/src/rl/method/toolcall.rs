@@ -56,3 +56,110 @@ impl CreditAssignment for ToolCall {
         Ok(episode_credit(group, context.config.group_norm))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+    use toolsmith_agent::backend::{Backend, BackendError, BoxFuture, Completion, GenerateOptions, Message, Usage};
+
+    use super::*;
+    use crate::rl::Method;
+    use crate::toolcall::{CallFamily, GoldenCall, Interface};
+
+    /// A backend that answers each turn with the next scripted text, and keeps the prompts.
+    #[derive(Debug)]
+    struct Scripted {
+        turns: Mutex<Vec<String>>,
+        prompts: Mutex<Vec<Vec<Message>>>,
+    }
+
+    impl Backend for Scripted {
+        fn name(&self) -> String {
+            "scripted".into()
+        }
+
+        fn complete<'a>(
+            &'a self,
+            messages: &'a [Message],
+            _options: &'a GenerateOptions,
+        ) -> BoxFuture<'a, Result<Completion, BackendError>> {
+            self.prompts.lock().expect("lock").push(messages.to_vec());
+            let text = self.turns.lock().expect("lock").remove(0);
+            Box::pin(async move {
+                Ok(Completion { text, usage: Usage::default(), finish_reason: "stop".into(), tokens: None, raw: None })
+            })
+        }
+    }
+
+    fn chained() -> CallTask {
+        let tool = |name: &str, param: &str, out: &str| Interface {
+            name: name.into(),
+            description: format!("{name}."),
+            parameters: json!({"type": "object", "properties": {param: {"type": "string"}}, "required": [param]}),
+            output_schema: json!({"type": "object", "properties": {out: {"type": "string"}}, "required": [out]}),
+            real: false,
+            examples: Vec::new(),
+        };
+        let args = |k: &str, v: &str| json!({k: v}).as_object().cloned().unwrap_or_default();
+        CallTask {
+            id: "c".into(),
+            family: CallFamily::Chained,
+            request: "Find the harbour of Lisbon, then its tide.".into(),
+            tools: vec![tool("harbour_of", "city", "harbour"), tool("tide_at", "harbour", "tide")],
+            turns: vec![
+                vec![GoldenCall { name: "harbour_of".into(), arguments: args("city", "Lisbon") }],
+                vec![GoldenCall { name: "tide_at".into(), arguments: args("harbour", "Doca") }],
+            ],
+            observations: vec![vec![json!({"harbour": "Doca"})], vec![json!({"tide": "high"})]],
+            answer: "High.".into(),
+        }
+    }
+
+    fn episode(task: &CallTask, turns: &[&str]) -> (Trajectory, Vec<Vec<Message>>) {
+        let backend = Scripted { turns: Mutex::new(turns.iter().map(|t| (*t).to_string()).collect()), prompts: Mutex::default() };
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("tokio");
+        let trajectory = runtime.block_on(crate::toolcall::episode::run(&backend, task, &GenerateOptions::default()));
+        (trajectory, backend.prompts.into_inner().expect("lock"))
+    }
+
+    #[test]
+    fn a_chained_episode_sees_the_golden_result_and_is_rewarded_through_the_table() {
+        let task = chained();
+        let golden = task.to_task().golden_answers;
+        let first = r#"<tool_call>{"name": "harbour_of", "arguments": {"city": "lisbon"}}</tool_call>"#;
+        let second = r#"<tool_call>{"name": "tide_at", "arguments": {"harbour": "Doca"}}</tool_call>"#;
+        let (trajectory, prompts) = episode(&task, &[first, second]);
+        assert_eq!(trajectory.steps.len(), 2);
+        // The second turn was prompted with the golden observation of the first call.
+        let seen = &prompts[1].last().expect("a prompt").content;
+        assert!(seen.contains(r#""harbour":"Doca""#), "{seen}");
+        let spec = Method::parse("toolcall").expect("registered").spec();
+        let r = spec.assign.reward(&trajectory, &golden, &RlConfig::for_method(Method::TOOLCALL));
+        assert_eq!((r.total, r.outcome), (1.0, 1.0));
+
+        // A wrong second argument: exact fails; turn 1 scores 1, turn 2 0.25: 0.8 x 1.25 / 2 = 0.5.
+        let wrong = r#"<tool_call>{"name": "tide_at", "arguments": {"harbour": "Cais"}}</tool_call>"#;
+        let (trajectory, _) = episode(&task, &[first, wrong]);
+        let r = reward(&trajectory, &golden);
+        assert!((r.total - 0.5).abs() < 1e-12 && r.outcome == 0.0, "{r:?}");
+
+        // No call at all: the episode ends after one turn and scores 0; an unclosed call 0 - 0.2.
+        let (trajectory, _) = episode(&task, &["I would rather not."]);
+        assert_eq!(trajectory.steps.len(), 1);
+        assert_eq!(reward(&trajectory, &golden).total, 0.0);
+        let (trajectory, _) = episode(&task, &[r#"<tool_call>{"name": "harbour_of""#]);
+        assert!((reward(&trajectory, &golden).total + 0.2).abs() < 1e-12);
+        // A golden answer that is not a task scores 0 rather than failing the run.
+        assert_eq!(reward(&trajectory, &["Lisbon".to_string()]).total, 0.0);
+    }
+
+    #[test]
+    fn the_method_is_refused_on_worlds_and_worlds_are_refused_to_it() {
+        let on_worlds = RlConfig::for_method(Method::TOOLCALL);
+        assert!(on_worlds.validate().is_err_and(|e| e.to_string().contains("train tools")));
+        let gap_on_calls = RlConfig { call_tasks: Some("t.jsonl".into()), ..RlConfig::for_method(Method::GAP) };
+        assert!(gap_on_calls.validate().is_err_and(|e| e.to_string().contains("only method toolcall")));
+    }
+}
