@@ -39,10 +39,23 @@ fn create(registry: &Path, dir: &Path, name: &str, description: &str, arguments:
     let file = dir.join(format!("{name}.py"));
     std::fs::write(&file, code).expect("write");
     let file = file.to_str().expect("utf-8");
-    ok(&run_in(registry, &[
-        "create", "--name", name, "--description", description, "--arguments", arguments, "--code", file, "--inputs",
-        inputs, "--admit",
-    ]));
+    ok(&run_in(
+        registry,
+        &[
+            "create",
+            "--name",
+            name,
+            "--description",
+            description,
+            "--arguments",
+            arguments,
+            "--code",
+            file,
+            "--inputs",
+            inputs,
+            "--admit",
+        ],
+    ));
 }
 
 #[test]
@@ -70,8 +83,19 @@ fn your_tools_are_taught_served_and_called_over_openai_and_mcp() {
     );
     let run = dir.path().join("run");
     let run_s = run.to_str().expect("utf-8");
-    let args =
-        ["train", "tools", "--preset", "tiny-tools", "--from-registry", "--tool", "circle_area", "--tool", "shout", "--out", run_s];
+    let args = [
+        "train",
+        "tools",
+        "--preset",
+        "tiny-tools",
+        "--from-registry",
+        "--tool",
+        "circle_area",
+        "--tool",
+        "shout",
+        "--out",
+        run_s,
+    ];
     let stdout = ok(&run_in(&registry, &args));
     assert!(stdout.contains("| policy | set | decoding |"), "{stdout}");
 
@@ -96,12 +120,13 @@ fn your_tools_are_taught_served_and_called_over_openai_and_mcp() {
     }
 
     // Every evaluation row is there: three policies x (yours, synthetic) x two decodings.
-    let eval: Value = serde_json::from_str(&std::fs::read_to_string(run.join("eval.json")).expect("eval.json")).expect("JSON");
+    let eval: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("eval.json")).expect("eval.json")).expect("JSON");
     let rows = eval["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 12, "{eval}");
     assert!(rows.iter().any(|r| r["set"] == "yours" && r["policy"] == "rl" && r["constrained"] == true));
     let adapter = run.join("rl/final");
-    assert!(adapter.join("adapter_config.json").is_file(), "the result is a PEFT adapter");
+    assert!(adapter.join("adapter/adapter_config.json").is_file(), "the result carries its PEFT adapter");
 
     // Run again: every stage is done, nothing is trained twice.
     let before = std::fs::read_to_string(run.join("sft/metrics.jsonl")).expect("metrics");
@@ -109,8 +134,10 @@ fn your_tools_are_taught_served_and_called_over_openai_and_mcp() {
     assert_eq!(std::fs::read_to_string(run.join("sft/metrics.jsonl")).expect("metrics"), before);
 
     // Serve the adapter with the registry; the client lists the user's tools as OpenAI functions.
-    let server = HttpServer::start_in(dir.path(), &["--policy", adapter.to_str().expect("utf-8"), "--model-name", "mine"]);
-    let exported: Value = serde_json::from_str(&ok(&run_in(&registry, &["tools", "export", "--format", "openai"]))).expect("JSON");
+    let server =
+        HttpServer::start_in(dir.path(), &["--policy", adapter.to_str().expect("utf-8"), "--model-name", "mine"]);
+    let exported: Value =
+        serde_json::from_str(&ok(&run_in(&registry, &["tools", "export", "--format", "openai"]))).expect("JSON");
     let functions: Vec<Value> = exported
         .as_array()
         .expect("a list")
@@ -130,8 +157,10 @@ fn your_tools_are_taught_served_and_called_over_openai_and_mcp() {
     assert_eq!(status, 200, "{reply}");
     let call = &reply["choices"][0]["message"]["tool_calls"][0];
     let name = call["function"]["name"].as_str().expect("a tool call").to_string();
-    let arguments: Value = serde_json::from_str(call["function"]["arguments"].as_str().expect("arguments")).expect("JSON");
-    let schema = &functions.iter().find(|f| f["function"]["name"] == name.as_str()).expect("a listed tool")["function"]["parameters"];
+    let arguments: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().expect("arguments")).expect("JSON");
+    let schema = &functions.iter().find(|f| f["function"]["name"] == name.as_str()).expect("a listed tool")["function"]
+        ["parameters"];
     assert!(jsonschema::validator_for(schema).expect("schema").is_valid(&arguments), "{arguments}");
 
     // The client runs the call it was given over MCP, on the same server.
@@ -163,10 +192,24 @@ fn interfaces_that_cannot_be_sampled_are_reported_and_bad_runs_refused() {
         "$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["kids"]}}}}});
     std::fs::write(&file, json!([good, negated, recursive]).to_string()).expect("write");
     let run = dir.path().join("run");
-    let out = run_in(&registry, &[
-        "train", "tools", "--preset", "tiny-tools", "--tools", file.to_str().expect("utf-8"), "--rl-iterations", "0",
-        "--no-base-eval", "--observations", "actor", "--out", run.to_str().expect("utf-8"),
-    ]);
+    let out = run_in(
+        &registry,
+        &[
+            "train",
+            "tools",
+            "--preset",
+            "tiny-tools",
+            "--tools",
+            file.to_str().expect("utf-8"),
+            "--rl-iterations",
+            "0",
+            "--no-base-eval",
+            "--observations",
+            "actor",
+            "--out",
+            run.to_str().expect("utf-8"),
+        ],
+    );
     ok(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("skipped no_strings") && stderr.contains("`not` cannot be sampled"), "{stderr}");
@@ -181,23 +224,38 @@ fn interfaces_that_cannot_be_sampled_are_reported_and_bad_runs_refused() {
         .collect();
     assert!(!tide.is_empty() && tide.iter().all(|t| t["observations"][0][0].is_object()), "{tide:?}");
     // Without RL the adapter is SFT's.
-    assert!(run.join("sft/final/adapter_config.json").is_file());
+    assert!(run.join("sft/final/adapter/adapter_config.json").is_file());
     assert!(!run.join("rl").exists());
 
     // Only unsampleable tools: refused, naming each.
     std::fs::write(&file, json!([negated]).to_string()).expect("write");
-    let out = run_in(&registry, &[
-        "train", "tools", "--preset", "tiny-tools", "--tools", file.to_str().expect("utf-8"), "--out",
-        dir.path().join("run2").to_str().expect("utf-8"),
-    ]);
+    let out = run_in(
+        &registry,
+        &[
+            "train",
+            "tools",
+            "--preset",
+            "tiny-tools",
+            "--tools",
+            file.to_str().expect("utf-8"),
+            "--out",
+            dir.path().join("run2").to_str().expect("utf-8"),
+        ],
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no tool's arguments can be sampled") && stderr.contains("no_strings"), "{stderr}");
 
     // A tool the registry does not have; the toolcall method outside `train tools`.
-    let out = run_in(&registry, &["train", "tools", "--from-registry", "--tool", "nope", "--out", run.to_str().expect("utf-8")]);
+    let out = run_in(
+        &registry,
+        &["train", "tools", "--from-registry", "--tool", "nope", "--out", run.to_str().expect("utf-8")],
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("the registry has no such tool"), "{out:?}");
-    let out = run_in(&registry, &["train", "rl", "--method", "toolcall", "--out", dir.path().join("rl").to_str().expect("utf-8")]);
+    let out = run_in(
+        &registry,
+        &["train", "rl", "--method", "toolcall", "--out", dir.path().join("rl").to_str().expect("utf-8")],
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("train tools"), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -187,11 +187,7 @@ fn own_tools(env: &Env, args: &ToolsArgs) -> Result<(Vec<Interface>, Option<Exec
 fn real_tools(env: &Env) -> Result<(Vec<Interface>, ExecutorObserver)> {
     let toolbox = env.toolbox()?;
     let tools = LocalTools::new().with_toolbox(toolbox, Limits::default());
-    let interfaces = tools
-        .manifests()
-        .iter()
-        .map(|m| Interface::from_manifest(m, true))
-        .collect();
+    let interfaces = tools.manifests().iter().map(|m| Interface::from_manifest(m, true)).collect();
     Ok((interfaces, observer(Arc::new(tools))?))
 }
 
@@ -202,7 +198,8 @@ pub fn run(env: &Env, args: ToolsArgs) -> Result<ExitCode> {
     let (own, own_observer) = own_tools(env, &args)?;
     // With the user's tools, the bundled plugins are theirs to teach or not; without, they are
     // the real tools the run is measured on and never trained on.
-    let (real, real_observer) = if own.is_empty() { real_tools(env).map(|(r, o)| (r, Some(o)))? } else { (Vec::new(), None) };
+    let (real, real_observer) =
+        if own.is_empty() { real_tools(env).map(|(r, o)| (r, Some(o)))? } else { (Vec::new(), None) };
     let inputs = Inputs {
         own,
         own_observer: own_observer.as_ref().map_or(&SchemaObserver as &dyn Observer, |o| o as &dyn Observer),

@@ -478,7 +478,10 @@ impl RlConfig {
             return bad(if toolcall {
                 "method toolcall trains on tool-call tasks (call_tasks): run it through `toolsmith train tools`".into()
             } else {
-                format!("call_tasks are tool-call tasks, which only method toolcall trains on (method is {})", self.method)
+                format!(
+                    "call_tasks are tool-call tasks, which only method toolcall trains on (method is {})",
+                    self.method
+                )
             });
         }
         if self.max_turns == 0 || self.max_tokens == 0 || self.micro_batch_tokens == 0 {

@@ -353,10 +353,11 @@ impl IterationParts<'_> {
             sampled.kept.iter().chain(&sampled.dropped).flat_map(|g| g.episodes.iter().map(move |e| (e, g))).collect();
         // A tool-call task has no answer to match: its episode is right when its calls are exact,
         // which its reward's outcome records.
-        let right = |(e, g): &(&Trajectory, &Group)| match crate::toolcall::CallTask::from_golden(&g.task.golden_answers) {
-            Some(_) => g.episodes.iter().zip(&g.rewards).any(|(x, r)| std::ptr::eq(x, *e) && r.outcome >= 1.0),
-            None => correct(e, &g.task.golden_answers),
-        };
+        let right =
+            |(e, g): &(&Trajectory, &Group)| match crate::toolcall::CallTask::from_golden(&g.task.golden_answers) {
+                Some(_) => g.episodes.iter().zip(&g.rewards).any(|(x, r)| std::ptr::eq(x, *e) && r.outcome >= 1.0),
+                None => correct(e, &g.task.golden_answers),
+            };
         let n = episodes.len().max(1) as f64;
         let rewards: Vec<f64> = sampled.kept.iter().flat_map(|g| g.rewards.iter().map(|r| r.total)).collect();
         let generated: usize = episodes.iter().map(|(e, _)| e.response_tokens()).sum();

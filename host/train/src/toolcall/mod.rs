@@ -167,8 +167,10 @@ impl CallTask {
             if turn.is_empty() {
                 break;
             }
-            let text: Vec<String> =
-                turn.iter().map(|c| function_calling::call_text(&c.name, &Value::Object(c.arguments.clone()))).collect();
+            let text: Vec<String> = turn
+                .iter()
+                .map(|c| function_calling::call_text(&c.name, &Value::Object(c.arguments.clone())))
+                .collect();
             messages.push(Message::assistant(text.join("\n")));
             let seen = self.observations.get(i).map(Vec::as_slice).unwrap_or_default();
             let obs: Vec<String> =

@@ -167,7 +167,11 @@ struct ActorObserver {
 }
 
 impl Observer for ActorObserver {
-    fn observe(&self, tool: &Interface, arguments: &serde_json::Map<String, serde_json::Value>) -> Result<serde_json::Value, String> {
+    fn observe(
+        &self,
+        tool: &Interface,
+        arguments: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<serde_json::Value, String> {
         let manifest = tool.manifest()?;
         self.actor.simulate_blocking(&manifest, &serde_json::Value::Object(arguments.clone())).map_err(|e| e.message)
     }
@@ -180,7 +184,11 @@ struct ByKind<'a> {
 }
 
 impl Observer for ByKind<'_> {
-    fn observe(&self, tool: &Interface, arguments: &serde_json::Map<String, serde_json::Value>) -> Result<serde_json::Value, String> {
+    fn observe(
+        &self,
+        tool: &Interface,
+        arguments: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<serde_json::Value, String> {
         if tool.real { self.real.observe(tool, arguments) } else { self.simulated.observe(tool, arguments) }
     }
 }
@@ -347,11 +355,8 @@ pub fn run(
     let chats = data.join("sft.jsonl");
     let mut text = String::new();
     for t in &train {
-        let messages: Vec<serde_json::Value> = t
-            .chat()
-            .iter()
-            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-            .collect();
+        let messages: Vec<serde_json::Value> =
+            t.chat().iter().map(|m| serde_json::json!({"role": m.role, "content": m.content})).collect();
         text.push_str(&serde_json::json!({"messages": messages}).to_string());
         text.push('\n');
     }

@@ -298,10 +298,8 @@ mod tests {
 
     #[test]
     fn parallel_calls_match_in_any_order_and_irrelevance_wants_none() {
-        let t = task(
-            CallFamily::Parallel,
-            vec![vec![golden(json!({"city": "Lisbon"})), golden(json!({"city": "Osaka"}))]],
-        );
+        let t =
+            task(CallFamily::Parallel, vec![vec![golden(json!({"city": "Lisbon"})), golden(json!({"city": "Osaka"}))]]);
         let swapped =
             vec![vec![call("forecast", json!({"city": "Osaka"})), call("forecast", json!({"city": "Lisbon"}))]];
         assert_eq!(reward(&t, &swapped, true), (1.0, true));

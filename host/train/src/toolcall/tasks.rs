@@ -187,7 +187,8 @@ pub fn generate(
 fn draw(tool: &Interface, rng: &mut StdRng) -> Result<Map<String, Value>, String> {
     if !tool.examples.is_empty() && rng.random_bool(0.7) {
         let picked = tool.examples.choose(rng).and_then(Value::as_object).cloned().unwrap_or_default();
-        let valid = jsonschema::validator_for(&tool.parameters).is_ok_and(|v| v.is_valid(&Value::Object(picked.clone())));
+        let valid =
+            jsonschema::validator_for(&tool.parameters).is_ok_and(|v| v.is_valid(&Value::Object(picked.clone())));
         if valid {
             return Ok(picked);
         }
@@ -277,7 +278,8 @@ fn parallel(tools: &[Interface], rng: &mut StdRng, observer: &dyn Observer, id: 
     let (oa, ob) = (observe(observer, a, &first)?, observe(observer, b, &second)?);
     let style = rng.random_range(0..STYLES);
     let (ra, rb) = (request(a, &first, style, rng), request(b, &second, (style + 1) % STYLES, rng));
-    let joiner = ["Also, at the same time: ", "And separately: ", "In parallel, "].choose(rng).copied().unwrap_or("Also: ");
+    let joiner =
+        ["Also, at the same time: ", "And separately: ", "In parallel, "].choose(rng).copied().unwrap_or("Also: ");
     let mut listed = vec![a.clone()];
     if b.name != a.name {
         listed.push(b.clone());
@@ -324,9 +326,9 @@ fn chain_pairs(tools: &[Interface]) -> Vec<(usize, usize, String)> {
 /// Whether a parameter's schema takes values of JSON `kind` (its type, or one of its branches').
 fn accepts(param: &Value, kind: Option<&Value>) -> bool {
     param.get("type") == kind
-        || ["anyOf", "oneOf"].iter().any(|k| {
-            param.get(*k).and_then(Value::as_array).is_some_and(|bs| bs.iter().any(|b| b.get("type") == kind))
-        })
+        || ["anyOf", "oneOf"]
+            .iter()
+            .any(|k| param.get(*k).and_then(Value::as_array).is_some_and(|bs| bs.iter().any(|b| b.get("type") == kind)))
 }
 
 fn chained(
@@ -356,8 +358,13 @@ fn chained(
     let then = if rest.is_empty() {
         format!("Then {} using the {label} from that result.", purpose(&b.name, &b.description))
     } else {
-        let stated: Vec<String> = rest.iter().map(|(k, v)| format!("{} {}", label_of(b, k, rng), verbal(v, style))).collect();
-        format!("Then {} with the {label} from that result, and {}.", purpose(&b.name, &b.description), and_list(&stated))
+        let stated: Vec<String> =
+            rest.iter().map(|(k, v)| format!("{} {}", label_of(b, k, rng), verbal(v, style))).collect();
+        format!(
+            "Then {} with the {label} from that result, and {}.",
+            purpose(&b.name, &b.description),
+            and_list(&stated)
+        )
     };
     let mut listed = vec![a.clone(), b.clone()];
     listed.shuffle(rng);
@@ -554,14 +561,17 @@ fn and_list(items: &[String]) -> String {
 /// A request for `tool` with `args`, in phrasing `style`.
 pub fn request(tool: &Interface, args: &Map<String, Value>, style: usize, rng: &mut StdRng) -> String {
     let what = purpose(&tool.name, &tool.description);
-    let mut pairs: Vec<(String, String)> = args.iter().map(|(k, v)| (label_of(tool, k, rng), verbal(v, style))).collect();
+    let mut pairs: Vec<(String, String)> =
+        args.iter().map(|(k, v)| (label_of(tool, k, rng), verbal(v, style))).collect();
     pairs.shuffle(rng);
     let joined = |f: &dyn Fn(&(String, String)) -> String| and_list(&pairs.iter().map(f).collect::<Vec<_>>());
     if pairs.is_empty() {
         return format!("Please {what}.");
     }
     match style % STYLES {
-        0 => format!("Please {what}: {}.", pairs.iter().map(|(l, v)| format!("{l} {v}")).collect::<Vec<_>>().join(", ")),
+        0 => {
+            format!("Please {what}: {}.", pairs.iter().map(|(l, v)| format!("{l} {v}")).collect::<Vec<_>>().join(", "))
+        }
         1 => format!("I need to {what}. Use {}.", joined(&|(l, v)| format!("{v} for the {l}"))),
         2 => format!("Can you {what}? {}.", upper_first(&joined(&|(l, v)| format!("the {l} is {v}")))),
         3 => format!("{} with {}.", upper_first(&what), joined(&|(l, v)| format!("{l} set to {v}"))),
@@ -745,11 +755,17 @@ mod tests {
         assert_eq!(humanize("departureAirport"), "departure airport");
         assert_eq!(purpose("text", "Text utilities: regex find, replace, split."), "use the text tool for regex find");
         assert_eq!(
-            purpose("t", "Evaluates an arithmetic expression with operator precedence, parentheses, functions (sqrt, exp, ...) and constants (pi, e), and returns its value as a number."),
+            purpose(
+                "t",
+                "Evaluates an arithmetic expression with operator precedence, parentheses, functions (sqrt, exp, ...) and constants (pi, e), and returns its value as a number."
+            ),
             "evaluate an arithmetic expression with operator precedence"
         );
         assert_eq!(
-            purpose("t", "Selects values from a JSON document with a JSONPath query (RFC 9535: $.a.b) and returns the matches."),
+            purpose(
+                "t",
+                "Selects values from a JSON document with a JSONPath query (RFC 9535: $.a.b) and returns the matches."
+            ),
             "select values from a JSON document with a JSONPath query"
         );
     }

@@ -228,8 +228,10 @@ impl<'a> Sampler<'a> {
 
     fn object(&mut self, obj: &Map<String, Value>, at: &str, depth: usize) -> Result<Value, Unsampleable> {
         let mut out = Map::new();
-        let required: Vec<&str> =
-            obj.get("required").and_then(Value::as_array).map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect());
+        let required: Vec<&str> = obj
+            .get("required")
+            .and_then(Value::as_array)
+            .map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect());
         if let Some(props) = obj.get("properties").and_then(Value::as_object) {
             for (k, s) in props {
                 if required.contains(&k.as_str()) || self.rng.random_bool(0.5) {
@@ -328,8 +330,11 @@ fn bounds(obj: &Map<String, Value>, integer: bool, lo: f64, hi: f64) -> (f64, f6
 fn pattern_string(pattern: &str, at: &str, rng: &mut StdRng) -> Result<String, Unsampleable> {
     let bare = pattern.strip_prefix('^').unwrap_or(pattern);
     let bare = bare.strip_suffix('$').filter(|b| !b.ends_with('\\')).unwrap_or(bare);
-    let generator = rand_regex::Regex::compile(bare, 4)
-        .map_err(|e| Unsampleable::Pattern { at: at.into(), pattern: pattern.into(), why: e.to_string() })?;
+    let generator = rand_regex::Regex::compile(bare, 4).map_err(|e| Unsampleable::Pattern {
+        at: at.into(),
+        pattern: pattern.into(),
+        why: e.to_string(),
+    })?;
     Ok(rng.sample::<String, _>(&generator))
 }
 
@@ -371,11 +376,26 @@ pub fn word_for(name: &str, rng: &mut StdRng) -> String {
     } else if has(&["color", "colour"]) {
         &["teal", "amber", "crimson", "olive", "indigo", "ivory"]
     } else if has(&["code", "id", "sku", "number", "ref"]) {
-        return format!("{}{}-{}", (b'A' + rng.random_range(0..26)) as char, (b'A' + rng.random_range(0..26)) as char, rng.random_range(100..9999));
+        return format!(
+            "{}{}-{}",
+            (b'A' + rng.random_range(0..26)) as char,
+            (b'A' + rng.random_range(0..26)) as char,
+            rng.random_range(100..9999)
+        );
     } else {
         &[
-            "spring catalogue", "quarterly review", "river delta", "night shift", "blue notebook", "garden party",
-            "solar panel", "harbour view", "mountain trail", "jazz trio", "winter coat", "paper lantern",
+            "spring catalogue",
+            "quarterly review",
+            "river delta",
+            "night shift",
+            "blue notebook",
+            "garden party",
+            "solar panel",
+            "harbour view",
+            "mountain trail",
+            "jazz trio",
+            "winter coat",
+            "paper lantern",
         ]
     };
     list.choose(rng).map_or_else(|| "item".to_string(), |s| (*s).to_string())

@@ -37,7 +37,8 @@ use crate::rl::reward::EpisodeReward;
 use crate::sequence::SequenceBuilder;
 
 /// Every method, in the order help texts list them. A new method is one line here.
-pub static METHODS: &[&MethodSpec] = &[&gap::METHOD, &searl::METHOD, &mempo::METHOD, &mtr::METHOD, &gigpo::METHOD, &toolcall::METHOD];
+pub static METHODS: &[&MethodSpec] =
+    &[&gap::METHOD, &searl::METHOD, &mempo::METHOD, &mtr::METHOD, &gigpo::METHOD, &toolcall::METHOD];
 
 /// A method as the table registers it.
 pub struct MethodSpec {

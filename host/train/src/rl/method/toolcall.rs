@@ -118,7 +118,8 @@ mod tests {
     }
 
     fn episode(task: &CallTask, turns: &[&str]) -> (Trajectory, Vec<Vec<Message>>) {
-        let backend = Scripted { turns: Mutex::new(turns.iter().map(|t| (*t).to_string()).collect()), prompts: Mutex::default() };
+        let backend =
+            Scripted { turns: Mutex::new(turns.iter().map(|t| (*t).to_string()).collect()), prompts: Mutex::default() };
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("tokio");
         let trajectory = runtime.block_on(crate::toolcall::episode::run(&backend, task, &GenerateOptions::default()));
         (trajectory, backend.prompts.into_inner().expect("lock"))
