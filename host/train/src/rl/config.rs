@@ -343,6 +343,13 @@ impl RlConfig {
                 Method::choices()
             )));
         };
+        if named == Method::TOOLCALL {
+            return Err(TrainError::Config(
+                "smol-toolcall: the toolcall method trains on tool-call tasks; its preset is `toolsmith train tools \
+                 --preset smol-tools`"
+                    .into(),
+            ));
+        }
         if let Some(given) = method
             && given != named
         {
