@@ -9,22 +9,11 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{HttpServer, Session, toolsmith};
+use common::{HttpServer, Session, ok, toolsmith};
 use serde_json::{Value, json};
 
 fn run_in(registry: &Path, args: &[&str]) -> Output {
     toolsmith().arg("--registry").arg(registry).args(args).output().expect("run toolsmith")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn lines(path: &Path) -> Vec<Value> {

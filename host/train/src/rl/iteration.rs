@@ -76,7 +76,8 @@ impl Unit for RlUnit {
         };
         // And the update's activations, before the next rollouts.
         toolsmith_policy::memory::release_free_memory();
-        let parts = IterationParts { sampled: &sampled, calls, graph, update, engine_logprob_gap: gap };
+        let call_worlds: Vec<bool> = self.sampler.worlds().iter().map(|w| w.calls).collect();
+        let parts = IterationParts { sampled: &sampled, call_worlds, calls, graph, update, engine_logprob_gap: gap };
         Ok(Record::Iteration(parts.metrics(iteration, started.elapsed().as_secs_f64())))
     }
 
@@ -338,6 +339,8 @@ impl RlUnit {
 /// What an iteration produced, for its record.
 struct IterationParts<'a> {
     sampled: &'a Sampled,
+    /// Whether each training world's tasks are tool-call tasks.
+    call_worlds: Vec<bool>,
     calls: CallCounts,
     graph: GraphUpdate,
     update: UpdateOutcome,
@@ -348,16 +351,9 @@ impl IterationParts<'_> {
     /// The record of iteration `iteration` (0-based) that took `seconds`; episode figures are
     /// over every sampled group (dropped ones too), rewards over the kept ones.
     fn metrics(self, iteration: u64, seconds: f64) -> IterationMetrics {
-        let IterationParts { sampled, calls, graph, update, engine_logprob_gap } = self;
+        let IterationParts { sampled, call_worlds, calls, graph, update, engine_logprob_gap } = self;
         let episodes: Vec<(&Trajectory, &Group)> =
             sampled.kept.iter().chain(&sampled.dropped).flat_map(|g| g.episodes.iter().map(move |e| (e, g))).collect();
-        // A tool-call task has no answer to match: its episode is right when its calls are exact,
-        // which its reward's outcome records.
-        let right =
-            |(e, g): &(&Trajectory, &Group)| match crate::toolcall::CallTask::from_golden(&g.task.golden_answers) {
-                Some(_) => g.episodes.iter().zip(&g.rewards).any(|(x, r)| std::ptr::eq(x, *e) && r.outcome >= 1.0),
-                None => correct(e, &g.task.golden_answers),
-            };
         let n = episodes.len().max(1) as f64;
         let rewards: Vec<f64> = sampled.kept.iter().flat_map(|g| g.rewards.iter().map(|r| r.total)).collect();
         let generated: usize = episodes.iter().map(|(e, _)| e.response_tokens()).sum();
@@ -366,7 +362,22 @@ impl IterationParts<'_> {
         IterationMetrics {
             iteration: iteration + 1,
             reward: rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
-            em: episodes.iter().filter(|p| right(p)).count() as f64 / n,
+            // A tool-call task has no answer to match: its episode is right when its calls are
+            // exact, which its reward's outcome records.
+            em: sampled
+                .kept
+                .iter()
+                .chain(&sampled.dropped)
+                .flat_map(|g| {
+                    let calls = call_worlds.get(g.world).copied().unwrap_or(false);
+                    g.episodes
+                        .iter()
+                        .zip(&g.rewards)
+                        .map(move |(e, r)| if calls { r.outcome >= 1.0 } else { correct(e, &g.task.golden_answers) })
+                })
+                .filter(|&right| right)
+                .count() as f64
+                / n,
             groups: sampled.kept.len(),
             dropped: sampled.dropped.len(),
             episodes: episodes.len(),

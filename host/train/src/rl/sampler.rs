@@ -278,16 +278,21 @@ impl Sampler {
         let c = &self.config;
         let mut futures = Vec::new();
         for (k, (world, task)) in tasks.iter().enumerate() {
+            // A tool-call task's ground truth, read once for its whole group.
+            let call_task = self
+                .worlds
+                .get(*world)
+                .is_some_and(|w| w.calls)
+                .then(|| Arc::new(crate::toolcall::CallTask::from_golden(&task.golden_answers)));
             for e in 0..c.group_size {
                 let seed = seed_of(&[c.run.seed, iteration, draw, k as u64, e as u64]);
-                if self.worlds.get(*world).is_some_and(|w| w.calls) {
+                if let Some(call_task) = call_task.clone() {
                     let backend = self.backend.clone();
                     let options = self.generate_options(seed);
-                    let call_task = crate::toolcall::CallTask::from_golden(&task.golden_answers);
                     let question = task.question.clone();
                     futures.push(Box::pin(async move {
-                        match call_task {
-                            Some(t) => crate::toolcall::episode::run(backend.as_ref(), &t, &options).await,
+                        match call_task.as_ref() {
+                            Some(t) => crate::toolcall::episode::run(backend.as_ref(), t, &options).await,
                             None => crate::toolcall::episode::failed(&question, "the task is not a tool-call task"),
                         }
                     })

@@ -71,6 +71,8 @@ struct Episode<'a> {
     history: Vec<Message>,
     turns: Vec<Vec<Predicted>>,
     texts: Vec<String>,
+    /// The call grammar of the task's tools (constrained decoding only), compiled once.
+    grammar: Option<Arc<TurnGrammar>>,
     done: bool,
 }
 
@@ -97,6 +99,7 @@ pub fn evaluate(
             history: vec![Message::system(t.system()), Message::user(&t.request)],
             turns: Vec::new(),
             texts: Vec::new(),
+            grammar: if decoding.constrained { grammar_of(&t.tools) } else { None },
             done: false,
         })
         .collect();
@@ -120,7 +123,7 @@ pub fn evaluate(
             let texts: Vec<String> = match &table {
                 Some(table) => {
                     let rows: Vec<Option<TurnMatcher>> =
-                        chunk.iter().map(|&i| grammar_of(&episodes[i].task.tools).map(TurnMatcher::new)).collect();
+                        chunk.iter().map(|&i| episodes[i].grammar.clone().map(TurnMatcher::new)).collect();
                     let mut constraint = TurnConstraint::new(table, policy.tokenizer().eos_ids(), rows);
                     let (g, _) = policy.generate_with(ids, &params, None, Some(&mut constraint))?;
                     g.into_iter().map(|g| g.text).collect()
